@@ -1,0 +1,1 @@
+"""bert_jax: pretrain and fine-tune BERT with JAX and Flax NNX."""
