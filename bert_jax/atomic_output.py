@@ -1,0 +1,59 @@
+"""Write outputs under a temporary name and rename on success.
+
+A crash, a kill or an exception never leaves a half-written file or folder
+under the final name, and an existing output is replaced only when asked.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+
+def check_writable(path: str, overwrite: bool, flag: str = "--overwrite") -> None:
+    """Raises FileExistsError if `path` exists and `overwrite` is off."""
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass {flag} to replace it")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str, overwrite: bool = False):
+    """Yields a temporary folder beside `path` that becomes `path` on success."""
+    path = os.path.abspath(path)
+    check_writable(path, overwrite)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if os.path.lexists(path):
+        # Move the old output aside first, so that at every moment either the
+        # old or the new one stands complete under `path`.
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
+        os.rename(path, os.path.join(old, "x"))
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str, overwrite: bool = False, mode: str = "w"):
+    """Yields a file object whose content appears at `path` only on success."""
+    path = os.path.abspath(path)
+    check_writable(path, overwrite)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise

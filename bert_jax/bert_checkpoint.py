@@ -1,0 +1,59 @@
+"""The `bert_jax` checkpoint folder: params for fine-tuning and export.
+
+    DIR/config.json   the BertConfig (bert_jax.model_config)
+    DIR/params/       an Orbax PyTree of the parameters, nested by path
+    DIR/vocab.txt     the WordPiece vocabulary, when known
+
+Parameters use the paths of `BertForPreTraining` (bert_jax.params), so the
+folder may hold the encoder alone or the encoder with its pretraining heads.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+
+from bert_jax.atomic_output import atomic_directory
+from bert_jax.model_config import BertConfig
+from bert_jax.params import flatten, nest
+
+CONFIG_FILE = "config.json"
+PARAMS_DIR = "params"
+VOCAB_FILE = "vocab.txt"
+
+
+def save(path: str, config: BertConfig, flat: dict[str, np.ndarray], *,
+         vocab_file: str | None = None, overwrite: bool = False) -> None:
+    """Writes a bert_jax checkpoint folder atomically."""
+    import orbax.checkpoint as ocp
+
+    with atomic_directory(path, overwrite=overwrite) as tmp:
+        config.to_json_file(os.path.join(tmp, CONFIG_FILE))
+        tree = nest({k: np.asarray(v) for k, v in flat.items()})
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            checkpointer.save(os.path.join(tmp, PARAMS_DIR), tree)
+        if vocab_file:
+            shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB_FILE))
+
+
+def is_checkpoint(path: str) -> bool:
+    """True if `path` looks like a bert_jax checkpoint folder."""
+    return (os.path.isfile(os.path.join(path, CONFIG_FILE))
+            and os.path.isdir(os.path.join(path, PARAMS_DIR)))
+
+
+def load(path: str) -> tuple[BertConfig, dict[str, np.ndarray], str | None]:
+    """Reads (config, flat params, vocab path or None) from a bert_jax folder."""
+    import orbax.checkpoint as ocp
+
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"bert_jax checkpoint folder not found: {path}")
+    if not is_checkpoint(path):
+        raise FileNotFoundError(f"{path} is not a bert_jax checkpoint: it needs {CONFIG_FILE} and "
+                                f"{PARAMS_DIR}/")
+    config = BertConfig.from_json_file(os.path.join(path, CONFIG_FILE))
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        tree = checkpointer.restore(os.path.abspath(os.path.join(path, PARAMS_DIR)))
+    vocab = os.path.join(path, VOCAB_FILE)
+    return config, flatten(tree), vocab if os.path.exists(vocab) else None
