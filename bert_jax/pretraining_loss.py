@@ -32,13 +32,13 @@ def pretraining_sums(mlm_logits: jax.Array, nsp_logits: jax.Array, batch: dict) 
 
     mlm_logits: [batch, num_predictions, vocab]; nsp_logits: [batch, 2];
     batch: masked_lm_ids, masked_lm_weights [batch, num_predictions] and
-    next_sentence_labels [batch] or [batch, 1]. An optional `example_weights`
-    [batch] (0 for padding examples of a final eval batch) masks whole examples.
+    next_sentence_labels [batch] or [batch, 1]. An optional `is_real` [batch]
+    (0 for the padding examples of a final eval batch) masks whole examples.
     """
     weights = batch["masked_lm_weights"].astype(jnp.float32)
     labels = batch["masked_lm_ids"]
     nsp_labels = batch["next_sentence_labels"].reshape(-1)
-    example_weights = batch.get("example_weights")
+    example_weights = batch.get("is_real")
     if example_weights is None:
         example_weights = jnp.ones(nsp_labels.shape, jnp.float32)
     example_weights = example_weights.astype(jnp.float32)

@@ -1,0 +1,46 @@
+"""Model FLOPs for throughput and MFU figures.
+
+Counted analytically, the usual convention for MFU: training costs 3x the
+forward matmuls (forward, and backward for activations and weights).
+"""
+from __future__ import annotations
+
+from bert_jax.model_config import BertConfig
+
+# Dense bf16 peak FLOP/s per device, by jax's device_kind, for the MFU estimate.
+PEAK_FLOPS_PER_DEVICE = {
+    "NVIDIA H100 80GB HBM3": 989e12,
+    "NVIDIA H100": 989e12,
+    "NVIDIA H200": 989e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12,
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v6 lite": 918e12,
+}
+
+
+def train_flops_per_sequence(config: BertConfig, seq_length: int, num_predictions: int) -> float:
+    """Training FLOPs of BertForPreTraining for one sequence.
+
+    Per layer: the Q/K/V/output projections (4 h^2) and the feed-forward
+    (2 h i) on every token, plus attention scores and context (2 s^2 h);
+    then the MLM head on the gathered positions and the pooler + NSP.
+    """
+    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    s, p = seq_length, num_predictions
+    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 2 * 2 * s * s * h
+    mlm = 2 * p * (h * h + h * v)
+    pooler_nsp = 2 * (h * h + 2 * h)
+    return 3.0 * (config.num_hidden_layers * per_layer + mlm + pooler_nsp)
+
+
+def peak_flops_per_device(device_kind: str) -> float | None:
+    """The device's dense bf16 peak, or None when unknown (e.g. CPUs)."""
+    for kind, flops in PEAK_FLOPS_PER_DEVICE.items():
+        if device_kind.startswith(kind):
+            return flops
+    return None

@@ -1,0 +1,155 @@
+"""Checks a pretraining config before any compute, and resolves its data files.
+
+Every error names the config field (or file) at fault. Unknown fields given on
+the command line are already rejected by ml_collections (the config is
+locked); this module checks values, their consistency, and the files.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import ml_collections
+
+from bert_jax.model_config import BertConfig
+from bert_jax.optimizers import OPTIMIZERS
+from bert_jax.schedules import SCHEDULE_KINDS
+
+
+def model_config(config: ml_collections.ConfigDict) -> BertConfig:
+    """The BertConfig of `config.model`."""
+    return BertConfig.from_dict(config.model.to_dict(), source="config.model")
+
+
+def _fail(field: str, message: str):
+    raise ValueError(f"config.{field}: {message}")
+
+
+def _expand(field: str, patterns: str) -> list[str]:
+    from bert_jax.input_pipeline import expand_file_patterns
+
+    try:
+        return expand_file_patterns(patterns)
+    except FileNotFoundError as e:
+        _fail(field, str(e))
+
+
+def _check_record_lengths(field: str, path: str, max_seq_length: int,
+                          max_predictions: int) -> None:
+    """Reads the first record of `path`: its lengths must match the config."""
+    import tensorflow as tf
+
+    for record in tf.data.TFRecordDataset(path).take(1):
+        example = tf.train.Example.FromString(record.numpy())
+        feats = example.features.feature
+        if "input_ids" not in feats:
+            _fail(field, f"{path} has no input_ids feature: not a pretraining TFRecord")
+        seq = len(feats["input_ids"].int64_list.value)
+        if seq != max_seq_length:
+            _fail("data.max_seq_length", f"is {max_seq_length} but {path} holds sequences of "
+                  f"length {seq}")
+        if "masked_lm_positions" in feats:
+            pred = len(feats["masked_lm_positions"].int64_list.value)
+            if pred != max_predictions:
+                _fail("data.max_predictions_per_seq", f"is {max_predictions} but {path} holds "
+                      f"{pred} predictions per sequence")
+
+
+def _read_vocab(path: str) -> list[str]:
+    if not os.path.exists(path):
+        _fail("data.vocab_file", f"{path} does not exist")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n").strip() for line in f]
+
+
+def validate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Checks `config`; returns the data to train on.
+
+    Returns {"train_files", "eval_files" (lists), "vocab_file" (or None),
+    "masking" (the dynamic-masking keyword arguments of the pipeline)}.
+    Builds the embedded default corpus when `data.default_corpus` is set and
+    no train files are given.
+    """
+    d, t, m = config.data, config.train, config.model
+    model_config(config)  # raises on a bad config.model field
+    for field in ("batch_size", "num_steps", "log_every", "checkpoint_every", "grad_accum_steps"):
+        if t[field] <= 0:
+            _fail(f"train.{field}", f"must be positive, got {t[field]}")
+    if t.batch_size % jax.process_count():
+        _fail("train.batch_size", f"{t.batch_size} is not divisible by the "
+              f"{jax.process_count()} processes")
+    if t.batch_size % t.grad_accum_steps:
+        _fail("train.batch_size", f"{t.batch_size} is not divisible by "
+              f"train.grad_accum_steps={t.grad_accum_steps}")
+    data_shards = jax.device_count() // max(config.mesh.tensor, 1)
+    if (t.batch_size // t.grad_accum_steps) % data_shards:
+        _fail("train.batch_size", f"micro-batch {t.batch_size // t.grad_accum_steps} does not "
+              f"split over {data_shards} data-parallel devices")
+    if d.max_seq_length > m.max_position_embeddings:
+        _fail("data.max_seq_length", f"{d.max_seq_length} exceeds model.max_position_embeddings="
+              f"{m.max_position_embeddings}")
+    if not 0 < d.max_predictions_per_seq <= d.max_seq_length:
+        _fail("data.max_predictions_per_seq", f"must be in [1, data.max_seq_length], got "
+              f"{d.max_predictions_per_seq}")
+    if not 0 <= t.warmup_steps < t.num_steps:
+        _fail("train.warmup_steps", f"must be in [0, train.num_steps={t.num_steps}), got "
+              f"{t.warmup_steps}")
+    if t.optimizer not in OPTIMIZERS:
+        _fail("train.optimizer", f"{t.optimizer!r} is not one of {OPTIMIZERS}")
+    if t.schedule not in SCHEDULE_KINDS:
+        _fail("train.schedule", f"{t.schedule!r} is not one of {SCHEDULE_KINDS}")
+    if t.init_mode != "params":
+        _fail("train.init_mode", f"{t.init_mode!r}: only 'params' is implemented")
+    if t.init_checkpoint and not os.path.exists(t.init_checkpoint):
+        _fail("train.init_checkpoint", f"{t.init_checkpoint} does not exist")
+    if config.get("require_init_checkpoint") and not t.init_checkpoint:
+        _fail("train.init_checkpoint", "this preset continues from a phase-1 checkpoint; set it")
+
+    vocab_file = d.vocab_file or None
+    if d.train_files:
+        train_files = _expand("data.train_files", d.train_files)
+        eval_files = _expand("data.eval_files", d.eval_files) if d.eval_files else []
+    elif d.default_corpus:
+        from bert_jax.default_corpus import ensure_default_pretraining_data
+
+        built = ensure_default_pretraining_data(
+            d.cache_dir or os.path.join(workdir, "data"), max_seq_length=d.max_seq_length,
+            max_predictions_per_seq=d.max_predictions_per_seq, vocab_size=m.vocab_size)
+        train_files, eval_files = list(built["train_files"]), list(built["eval_files"])
+        vocab_file = built["vocab_file"]
+    else:
+        _fail("data.train_files", "is empty (set it, or data.default_corpus=True)")
+    for field, files in (("data.train_files", train_files), ("data.eval_files", eval_files)):
+        if files:
+            _check_record_lengths(field, files[0], d.max_seq_length, d.max_predictions_per_seq)
+
+    masking = {}
+    if vocab_file:
+        tokens = _read_vocab(vocab_file)
+        if len(tokens) != m.vocab_size:
+            _fail("model.vocab_size", f"is {m.vocab_size} but {vocab_file} has {len(tokens)} "
+                  "tokens")
+    if d.dynamic_masking:
+        if not vocab_file:
+            _fail("data.vocab_file", "dynamic masking needs the vocabulary (special and "
+                  "continuation ids)")
+        from bert_jax.dynamic_masking import SpecialIds, continuation_mask
+
+        try:
+            special = SpecialIds.from_vocab(tokens)
+        except (KeyError, ValueError) as e:
+            _fail("data.vocab_file", f"{vocab_file}: {e}")
+        masking = dict(vocab_size=m.vocab_size, special_ids=special,
+                       continuation_ids=continuation_mask(tokens))
+    return {"train_files": train_files, "eval_files": eval_files, "vocab_file": vocab_file,
+            "masking": masking}
+
+
+def save(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """Writes the config as WORKDIR/config.json (what the run was given)."""
+    from bert_jax.atomic_output import atomic_file
+
+    with atomic_file(os.path.join(workdir, "config.json"), overwrite=True) as f:
+        json.dump(json.loads(config.to_json_best_effort()), f, indent=2, sort_keys=True)
+        f.write("\n")
