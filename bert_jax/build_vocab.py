@@ -99,9 +99,12 @@ def train_wordpiece_vocab(
         raise RuntimeError(f"WordPieceTrainer did not put {SPECIAL_TOKENS} first: {tokens[:5]}")
     output.parent.mkdir(parents=True, exist_ok=True)
     temp = output.with_name(f".{output.name}.tmp{os.getpid()}")
-    temp.write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
-    _check_new(output, overwrite)  # again: training can take hours
-    os.replace(temp, output)
+    try:
+        temp.write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
+        _check_new(output, overwrite)  # again: training can take hours
+        os.replace(temp, output)
+    finally:
+        temp.unlink(missing_ok=True)
     return output
 
 

@@ -12,13 +12,13 @@ The rules (G-BERT `tokenization.BasicTokenizer`), applied in this order:
 Every predicate reads Python's `unicodedata`, as G-BERT does, so the output is
 G-BERT's on the running Python (3.11: Unicode 14).
 
-Why not HF tokenizers' BertNormalizer + BertPreTokenizer: checked against
-G-BERT on every code point (tokenizers 0.23.3), they differ on
-  - ~830,000 unassigned code points (category Cn), which G-BERT drops as
+Why not HF tokenizers' BertNormalizer + BertPreTokenizer: run on every code
+point (tokenizers 0.23.3) and compared with these rules, they differ on
+  - 829,834 unassigned code points (category Cn), which G-BERT drops as
     "control" and HF keeps: its Unicode tables are older;
-  - 384 newer Mn marks it does not strip, 13 newer Cf it does not drop, ~100
-    newer P* characters it does not split off, and U+166D (P* once, So now)
-    it does split off;
+  - 384 newer Mn marks it does not strip, 13 newer Cf it does not drop, 104
+    newer P* characters it does not split off; U+166D (P* once, So now) it
+    does split off, and 2 marks that are Mc now it strips;
   - final sigma: it lower-cases char by char, so word-final 'Σ' becomes 'σ'
     where Python's `str.lower()` gives 'ς';
   - its CJK Extension E range starts at U+2B920 instead of U+2B820, so 256
