@@ -461,3 +461,33 @@ def test_real_vocab_on_random_strings(shared_data):
         0, 100, 101, 102, 103)
     for text in random_strings(1000, seed=3):
         assert tokenizer.tokenize(text) == oracle_tokenize(text, tokenizer.vocab, True), repr(text)
+
+
+def test_matches_google_bert_pretraining_data(shared_data):
+    # speeches_seq128.tfrecord is google-research/bert's own output on the
+    # speeches corpus with this vocab: with the masked tokens put back, each
+    # segment of each instance is a run of consecutive sentences of one
+    # document (maybe cut at either end), so it must be a run of our ids.
+    import tensorflow as tf  # only this test reads TFRecords
+
+    tokenizer = FullTokenizer(shared_data / "google_bert" / "vocab.txt")
+    text = (shared_data / "corpus" / "us_presidential_speeches.txt").read_text(encoding="utf-8")
+    # Each document's ids as one string, one char per id (all ids < 0xD800),
+    # documents joined by a char no id maps to: substring search finds runs.
+    documents = "\uffff".join(
+        "".join(chr(i) for ids in tokenizer.encode_batch(document.split("\n")) for i in ids)
+        for document in text.split("\n\n"))
+    n_segments = 0
+    for record in tf.data.TFRecordDataset(str(shared_data / "google_bert" / "speeches_seq128.tfrecord")).take(3000):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        ids = list(feature["input_ids"].int64_list.value)[:sum(feature["input_mask"].int64_list.value)]
+        for position, label, weight in zip(feature["masked_lm_positions"].int64_list.value,
+                                           feature["masked_lm_ids"].int64_list.value,
+                                           feature["masked_lm_weights"].float_list.value):
+            if weight:
+                ids[position] = label
+        first_sep = ids.index(tokenizer.sep_id)
+        for segment in (ids[1:first_sep], ids[first_sep + 1:-1]):
+            assert "".join(map(chr, segment)) in documents, tokenizer.convert_ids_to_tokens(segment)
+            n_segments += 1
+    assert n_segments == 6000

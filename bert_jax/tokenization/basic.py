@@ -98,7 +98,8 @@ def _strip_accent_and_split_punctuation(char: str) -> str | None:
 class _CharTable(dict):
     """A `str.translate` table that classifies each code point once, when first seen.
 
-    Precomputing all 1.1M code points would cost ~1 s at import and ~100 MB;
+    Precomputing all 1.1M code points would cost seconds at import and ~100 MB
+    a table;
     real text uses a few thousand distinct characters.
     """
 
