@@ -99,8 +99,7 @@ class _CharTable(dict):
     """A `str.translate` table that classifies each code point once, when first seen.
 
     Precomputing all 1.1M code points would cost seconds at import and ~100 MB
-    a table;
-    real text uses a few thousand distinct characters.
+    a table; real text uses a few thousand distinct characters.
     """
 
     def __init__(self, classify):
