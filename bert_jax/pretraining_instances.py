@@ -95,7 +95,12 @@ def build_pair_spans(
     max_num_tokens = max_seq_length - 3
     offs = sentence_offsets
     num_docs = len(document_bounds)
-    rand, randint = rng.random, rng.randint
+    rand = rng.random
+
+    def randint(low: int, high: int) -> int:
+        # Uniform on [low, high] like rng.randint, at a tenth of its cost.
+        return low + int(rand() * (high - low + 1))
+
     columns = [[] for _ in range(6)]
     a_start, a_end, b_start, b_end, is_random, short = columns
     for doc in order:

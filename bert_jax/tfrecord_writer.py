@@ -50,27 +50,37 @@ def varint_length(values: np.ndarray) -> np.ndarray:
     return out
 
 
+# Byte i of entry n is 1 if a varint of n bytes has a byte i: a bool mask of
+# 4 bytes viewed as one uint32.
+_VALID_BYTES = np.array([0, 0x1, 0x101, 0x10101, 0x1010101], "<u4")
+
+
 @functools.lru_cache(maxsize=4)
 def _varint_table(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(packed varint, length) of every int below `size`."""
+    """(packed varint, valid-byte mask) of every int below `size`, as uint32."""
     values = np.arange(size, dtype=np.uint32)
-    return _packed_varints(values), varint_length(values).astype(np.uint8)
+    return _packed_varints(values), _VALID_BYTES[varint_length(values)]
 
 
 def _encode_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(packed uint32 bytes, lengths) of non-negative ints below 2**28."""
+    """(packed bytes, valid-byte mask), uint32 each, of ints in [0, 2**28)."""
     top = int(values.max(initial=0))
     if top < _TABLE_LIMIT:  # a gather is much cheaper than the bit arithmetic
-        packed, lengths = _varint_table(max(1 << 16, 1 << top.bit_length()))
-        return packed.take(values), lengths.take(values)
-    return _packed_varints(values), varint_length(values)
+        packed, valid = _varint_table(max(1 << 16, 1 << top.bit_length()))
+        return packed.take(values), valid.take(values)
+    return _packed_varints(values), _VALID_BYTES[varint_length(values)]
+
+
+def _block_width(values: np.ndarray) -> int:
+    """Bytes per value in a column block: 1 if all fit one byte, else a 4-byte slot."""
+    return 1 if np.max(values, initial=0) < 128 else 4
 
 
 class _Rows:
     """A [N, W] byte matrix plus validity mask that becomes N records.
 
-    Varints make every record a different length: each column block holds a
-    value's bytes padded to the block's widest value, and one boolean
+    Varints make every record a different length: each value gets a slot as
+    wide as the block's widest value allows (1 or 4 bytes), and one boolean
     compaction at the end turns the padded rows into back-to-back records.
     """
 
@@ -91,21 +101,15 @@ class _Rows:
         """Appends varint-encoded non-negative ints ([N] or [N, L])."""
         n = self.bytes.shape[0]
         values = values.reshape(n, -1)
-        if values.max(initial=0) < 128:  # one byte each: the byte is the value
+        if _block_width(values) == 1:  # the byte is the value
             self.raw(values.astype(np.uint8))
             return
-        packed, lengths = _encode_varints(values)
-        width = int(lengths.max())
-        count = values.shape[1]
-        cols = slice(self.col, self.col + count * width)
-        self.bytes[:, cols].reshape(n, count, width)[...] = packed.view(np.uint8).reshape(n, count, 4)[..., :width]
-        np.less(np.arange(width), lengths[..., None], out=self.valid[:, cols].reshape(n, count, width))
-        self.col += count * width
-
-
-def _block_width(values: np.ndarray) -> int:
-    """Column width of a varint block: the byte count of its largest value."""
-    return int(varint_length(values.max(initial=0)))
+        packed, valid = _encode_varints(values)
+        cols = slice(self.col, self.col + 4 * values.shape[1])
+        # 4-byte slots written as uint32: whole values at a time.
+        self.bytes[:, cols].view("<u4")[...] = packed
+        self.valid[:, cols].view("<u4")[...] = valid
+        self.col += 4 * values.shape[1]
 
 
 @functools.lru_cache(maxsize=4)
