@@ -16,8 +16,12 @@ looks like a step; leftovers are removed when a `Checkpointer` is created.
 A step that exists but cannot be read (a file deleted or truncated after the
 fact) is skipped by `restore_latest` with a warning and renamed to
 `<step>.corrupt-<unix time>` (kept for inspection, out of Orbax's rotation so
-training can save that step again). Orbax keeps no checksums: corruption that
-still decodes cannot be noticed.
+training can save that step again). With several processes they agree on the
+step (one allgather per attempt), so all restore the same one. Limits: Orbax
+keeps no checksums, so corruption that still decodes cannot be noticed; and a
+damaged array file read by only some processes makes them fail inside Orbax's
+collective restore, which the others then wait on (a damaged per-process
+iterator file is fine: it is restored outside Orbax's barriers).
 """
 import os
 import time
@@ -146,16 +150,19 @@ class Checkpointer:
         items = {STATE: ocp.args.StandardRestore(abstract_state)}
         if (step_dir / META).exists():
             items[META] = ocp.args.JsonRestore()
+        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
         if iterator is not None:
             if (step_dir / DATA).exists():
-                from bert_jax.input_pipeline import IteratorRestore
+                from bert_jax.input_pipeline import IteratorHandler, IteratorRestore
 
-                items[DATA] = IteratorRestore(iterator)
+                # Outside Orbax's collective restore: a process whose own
+                # iterator file is damaged must fail alone, not leave the
+                # others waiting at one of Orbax's barriers.
+                IteratorHandler().restore(step_dir / DATA, IteratorRestore(iterator))
             else:
                 logging.warning(
                     "Checkpoint %s has no input iterator state: input starts over.", step_dir
                 )
-        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
         return Restored(step, restored[STATE], restored[META] if META in items else None)
 
     def restore_latest(self, abstract_state: Any, iterator: Any = None) -> Restored | None:
@@ -189,6 +196,8 @@ class Checkpointer:
             if _all_processes_agree(ok):
                 self._quarantine(bad_steps)
                 return restored
+            if ok:
+                logging.warning("Checkpoint step %d failed to restore on another process.", step)
             bad_steps.append(step)
         if steps:
             raise RuntimeError(
