@@ -182,6 +182,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                              config.data.max_predictions_per_seq)
     peak = peak_flops_per_device(jax.devices()[0].device_kind)
     history, interval_start, interval_step, last = [], time.perf_counter(), step, {}
+    first_step = step
 
     meta = {"config": json.loads(config.to_json_best_effort()), "model": model_config.to_dict()}
 
@@ -195,8 +196,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         state, metrics = train_step(state, batch)
         step += 1
         history.append(metrics)
-        if step == interval_step + 1 and not history[:-1]:
-            # Leave compilation out of the throughput figures.
+        if step == first_step + 1 and step % t.log_every:
+            # Leave compilation out of the first interval's throughput.
             jax.block_until_ready(metrics)
             interval_start, interval_step = time.perf_counter(), step
         if not bool(metrics["finite"]):

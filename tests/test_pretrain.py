@@ -1,0 +1,254 @@
+"""End to end: `python -m bert_jax.pretrain` trains, resumes exactly, survives kills."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import optax
+import pytest
+import tensorflow as tf
+from flax import nnx
+
+from bert_jax import bert_checkpoint, pretrain
+from bert_jax.heads import BertForPreTraining
+from bert_jax.metrics_writer import read_metrics
+from bert_jax.model_config import BertConfig
+from bert_jax.train_step import init_train_state, make_train_step
+from configs import pretrain as pretrain_configs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB, SEQ, PRED = 120, 32, 5
+
+# A model small enough that a step takes milliseconds on a CPU.
+SMALL_MODEL = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                   intermediate_size=64, max_position_embeddings=SEQ)
+
+
+def write_random_tfrecord(path, num_examples, seed=0):
+    """Random but well-formed pretraining examples (google-research/bert's features)."""
+    rng = np.random.default_rng(seed)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for _ in range(num_examples):
+            length = int(rng.integers(10, SEQ + 1))
+            ids = np.zeros(SEQ, np.int64)
+            ids[:length] = rng.integers(5, VOCAB, length)
+            ids[0], ids[length - 1] = 2, 3
+            mask = (np.arange(SEQ) < length).astype(np.int64)
+            segments = ((np.arange(SEQ) >= length // 2) & (mask == 1)).astype(np.int64)
+            positions = np.sort(rng.choice(np.arange(1, length - 1), PRED, replace=False))
+            feature = {
+                "input_ids": ids, "input_mask": mask, "segment_ids": segments,
+                "masked_lm_positions": positions, "masked_lm_ids": ids[positions],
+                "next_sentence_labels": np.array([rng.integers(0, 2)]),
+            }
+            feats = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=v.tolist()))
+                     for k, v in feature.items()}
+            feats["masked_lm_weights"] = tf.train.Feature(
+                float_list=tf.train.FloatList(value=[1.0] * PRED))
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=feats)).SerializeToString())
+
+
+@pytest.fixture(scope="module")
+def random_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    write_random_tfrecord(folder / "train.tfrecord", 400, seed=0)
+    write_random_tfrecord(folder / "eval.tfrecord", 40, seed=1)
+    return folder
+
+
+def small_overrides(data_dir, **train):
+    values = {"data.train_files": str(data_dir / "train.tfrecord"),
+              "data.eval_files": str(data_dir / "eval.tfrecord"),
+              "data.default_corpus": False, "data.max_seq_length": SEQ,
+              "data.max_predictions_per_seq": PRED, "data.shuffle_buffer": 100,
+              "data.eval_batches": 2, "train.batch_size": 8, "train.num_steps": 12,
+              "train.warmup_steps": 2, "train.log_every": 1, "train.checkpoint_every": 4,
+              "train.eval_every": 0}
+    values.update({f"model.{k}": v for k, v in SMALL_MODEL.items()})
+    values.update({f"train.{k}": v for k, v in train.items()})
+    return values
+
+
+def config_with(overrides):
+    config = pretrain_configs.get_config("tiny")
+    for key, value in overrides.items():
+        node = config
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return config
+
+
+def cli(workdir, overrides):
+    args = [sys.executable, "-m", "bert_jax.pretrain", "--config",
+            "configs/pretrain.py:tiny", "--workdir", str(workdir)]
+    args += [f"--config.{k}={v}" for k, v in overrides.items()]
+    return args
+
+
+def export_params(workdir):
+    _, flat, _ = bert_checkpoint.load(os.path.join(workdir, "export"))
+    return flat
+
+
+def test_killed_run_resumes_to_identical_params(tmp_path, random_data):
+    overrides = small_overrides(random_data)
+    straight = tmp_path / "straight"
+    subprocess.run(cli(straight, overrides), cwd=REPO, check=True, capture_output=True)
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(cli(killed, overrides), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    # Kill -9 once the step-4 checkpoint exists and training has moved past it.
+    while time.time() < deadline:
+        rows = read_metrics(killed)
+        if rows and rows[-1]["step"] >= 6 and os.path.isdir(killed / "checkpoints" / "4"):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "export").exists(), "the run finished before it could be killed"
+
+    resumed = subprocess.run(cli(killed, overrides), cwd=REPO, check=True, capture_output=True,
+                             text=True)
+    assert "resumed from the checkpoint at step" in resumed.stdout
+    a, b = export_params(straight), export_params(killed)
+    assert a.keys() == b.keys()
+    for key in a:  # bit-exact: same batches, same dropout masks, same arithmetic
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # metrics.jsonl describes one run: no step twice, every step once.
+    steps = [row["step"] for row in read_metrics(killed) if "loss" in row]
+    assert steps == list(range(1, 13))
+
+
+def test_sigterm_saves_and_exits_zero(tmp_path, random_data):
+    overrides = small_overrides(random_data, num_steps=100000, checkpoint_every=100000,
+                                warmup_steps=10)
+    proc = subprocess.Popen(cli(tmp_path, overrides), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not any(r["step"] >= 3 for r in read_metrics(tmp_path)):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    saved = [int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()]
+    assert len(saved) == 1 and saved[0] >= 3
+    assert f"preempted: checkpoint at step {saved[0]} saved" in out
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_previous(tmp_path, random_data):
+    overrides = small_overrides(random_data, num_steps=8, export_params=False)
+    pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
+    newest = tmp_path / "checkpoints" / "8" / "state"
+    for root, _, files in os.walk(newest):  # damage every data file of step 8
+        for name in files:
+            if not name.startswith("_"):
+                with open(os.path.join(root, name), "r+b") as f:
+                    f.truncate(3)
+    overrides["train.num_steps"] = 10
+    pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
+    assert 10 in [int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()]
+    steps = [row["step"] for row in read_metrics(tmp_path) if "loss" in row]
+    assert steps == list(range(1, 11))  # steps 5..8 were redone from the step-4 checkpoint
+
+
+def test_evaluation_and_metrics_file(tmp_path, random_data):
+    overrides = small_overrides(random_data, num_steps=4, eval_every=2, export_params=False)
+    pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
+    rows = read_metrics(tmp_path)
+    train_rows = [r for r in rows if "loss" in r]
+    eval_rows = [r for r in rows if "eval_loss" in r]
+    assert [r["step"] for r in eval_rows] == [2, 4]
+    for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy", "learning_rate",
+                "sequences_per_second"):
+        assert all(np.isfinite(r[key]) for r in train_rows), key
+    assert 0.0 <= eval_rows[-1]["eval_mlm_accuracy"] <= 1.0
+    assert os.listdir(tmp_path / "tensorboard")
+
+
+@pytest.mark.parametrize("override,field", [
+    ({"train.batch_size": 12, "train.grad_accum_steps": 5}, "train.batch_size"),
+    ({"data.max_seq_length": 64}, "data.max_seq_length"),
+    ({"data.train_files": "/nonexistent/*.tfrecord"}, "data.train_files"),
+    ({"train.optimizer": "sgd"}, "train.optimizer"),
+])
+def test_bad_config_fails_before_compute_naming_the_field(tmp_path, random_data, override,
+                                                           field):
+    overrides = {**small_overrides(random_data), **override}
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_unknown_field_on_the_command_line_is_named(tmp_path, random_data):
+    args = cli(tmp_path, {**small_overrides(random_data), "train.bacth_size": 8})
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "bacth_size" in result.stderr
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    config = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **SMALL_MODEL)
+    model = BertForPreTraining(config, rngs=nnx.Rngs(0))
+    graphdef = nnx.graphdef(model)
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    optimizer = optax.sgd(0.1)
+    rng = np.random.default_rng(0)
+    batch = {
+        "input_ids": rng.integers(5, VOCAB, (8, SEQ)).astype(np.int32),
+        "segment_ids": np.zeros((8, SEQ), np.int32),
+        "input_mask": np.ones((8, SEQ), np.int32),
+        "masked_lm_positions": rng.integers(1, SEQ, (8, PRED)).astype(np.int32),
+        "masked_lm_ids": rng.integers(5, VOCAB, (8, PRED)).astype(np.int32),
+        # Uneven weights: averaging micro-batch losses would be wrong here.
+        "masked_lm_weights": (rng.random((8, PRED)) < 0.5).astype(np.float32),
+        "next_sentence_labels": rng.integers(0, 2, (8,)).astype(np.int32),
+    }
+    results = []
+    for k in (1, 4):
+        step = jax.jit(make_train_step(graphdef, optimizer, lambda s: 0.1, grad_accum_steps=k))
+        state, metrics = step(init_train_state(params, optimizer, seed=0), batch)
+        results.append((state["params"], metrics))
+    (p1, m1), (p4, m4) = results
+    np.testing.assert_allclose(m1["loss"], m4["loss"], rtol=1e-5)
+    np.testing.assert_allclose(m1["grad_norm"], m4["grad_norm"], rtol=1e-4)
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p4)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_non_finite_loss_stops_naming_the_step(tmp_path, random_data):
+    # A learning rate of 1e30 blows the weights up within a few steps.
+    overrides = small_overrides(random_data, learning_rate=1e30, num_steps=40,
+                                checkpoint_every=2, export_params=False)
+    with pytest.raises(FloatingPointError, match=r"at step \d+"):
+        pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
+    # Whatever was saved holds finite parameters.
+    from bert_jax.checkpointing import load_pytree
+    latest = max(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
+    state = load_pytree(str(tmp_path / "checkpoints" / str(latest) / "state"))
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state["params"]))
+
+
+def test_learns_on_google_bert_tfrecords(tmp_path, shared_data):
+    overrides = {"data.train_files": str(shared_data / "google_bert" / "speeches_seq128.tfrecord"),
+                 "data.default_corpus": False, "data.shuffle_buffer": 1000,
+                 "model.vocab_size": 30522, "model.hidden_size": 64,
+                 "model.intermediate_size": 128, "model.num_attention_heads": 2,
+                 "train.batch_size": 16, "train.num_steps": 120, "train.warmup_steps": 10,
+                 "train.log_every": 1, "train.checkpoint_every": 1000, "train.eval_every": 0,
+                 "train.export_params": False}
+    pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
+    rows = [r for r in read_metrics(tmp_path) if "loss" in r]
+    start = rows[0]["mlm_accuracy"]  # a random model: ~1/30522
+    end = np.mean([r["mlm_accuracy"] for r in rows[-20:]])
+    assert start < 0.01 and end > 0.04, (start, end)
+    assert np.mean([r["loss"] for r in rows[-20:]]) < rows[0]["loss"] - 2.0
