@@ -189,7 +189,8 @@ class Checkpointer:
             # JSONDecodeError, KeyError...) for a damaged step.
             except Exception as error:  # pylint: disable=broad-except
                 logging.warning(
-                    "Checkpoint step %d in %s cannot be restored (%s: %s); trying the previous one.",
+                    "Checkpoint step %d in %s cannot be restored (%s: %s); "
+                    "trying the previous one.",
                     step, self.directory, type(error).__name__, error,
                 )
                 ok, last_error = False, error

@@ -182,7 +182,9 @@ def make_pretraining_dataset(
     if whole_word_mask and continuation_ids is None:
         raise ValueError("whole_word_mask needs continuation_ids (a [vocab_size] bool array)")
     if whole_word_mask and len(continuation_ids) != vocab_size:
-        raise ValueError(f"continuation_ids has {len(continuation_ids)} entries, vocab_size is {vocab_size}")
+        raise ValueError(
+            f"continuation_ids has {len(continuation_ids)} entries, vocab_size is {vocab_size}"
+        )
 
     # Independent, per-host seeds for files, examples and masks.
     file_seed, example_seed, mask_seed = (
@@ -193,7 +195,9 @@ def make_pretraining_dataset(
         host_files = files[process_index::process_count]
         file_ds = tf.data.Dataset.from_tensor_slices(host_files)
         if is_training:
-            file_ds = file_ds.shuffle(len(host_files), seed=file_seed, reshuffle_each_iteration=True)
+            file_ds = file_ds.shuffle(
+                len(host_files), seed=file_seed, reshuffle_each_iteration=True
+            )
             file_ds = file_ds.repeat(num_epochs)
             records = file_ds.interleave(
                 tf.data.TFRecordDataset,

@@ -18,7 +18,10 @@ def _state(step: int) -> dict:
     return {
         "step": jnp.int32(step),
         "params": {
-            "dense": {"kernel": jax.random.normal(key, (4, 8)), "bias": jnp.full((8,), step, jnp.float32)},
+            "dense": {
+                "kernel": jax.random.normal(key, (4, 8)),
+                "bias": jnp.full((8,), step, jnp.float32),
+            },
             "embedding": jax.random.normal(key, (16, 4), jnp.bfloat16),
         },
         "opt_state": {"count": jnp.int32(step), "mu": jnp.arange(4, dtype=jnp.float32) * step},
@@ -26,10 +29,14 @@ def _state(step: int) -> dict:
     }
 
 
+def _bits(x):
+    return np.atleast_1d(x).view(np.uint8)
+
+
 def _assert_bit_exact(a, b):
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(np.atleast_1d(x).view(np.uint8), np.atleast_1d(y).view(np.uint8))
+        np.testing.assert_array_equal(_bits(x), _bits(y))
 
 
 def _save_steps(workdir, steps, **kwargs):
@@ -97,7 +104,8 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog, 
         restored = ckpt.restore_latest(checkpointing.abstract_like(_state(0)))
         assert restored.step == 2
         _assert_bit_exact(restored.state, _state(2))
-        assert any("step 3" in r.getMessage() and "cannot be restored" in r.getMessage() for r in caplog.records)
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("step 3" in m and "cannot be restored" in m for m in messages)
         # The bad step is moved aside, so training can write step 3 again.
         assert ckpt.all_steps() == [1, 2]
         assert ckpt.save(3, _state(3))

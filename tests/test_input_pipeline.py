@@ -19,7 +19,8 @@ CONTINUATION = np.arange(VOCAB) >= 150  # ids 150.. play the "##" pieces
 def _instance(index, rng, masked=True):
     """A plausible instance; input_ids[1] == index identifies it."""
     length = int(rng.integers(8, SEQ + 1))
-    ids = [SPECIAL.cls, 10 + index] + list(rng.integers(10, 150, length - 5)) + [SPECIAL.sep, 11, SPECIAL.sep]
+    body = list(rng.integers(10, 150, length - 5))
+    ids = [SPECIAL.cls, 10 + index] + body + [SPECIAL.sep, 11, SPECIAL.sep]
     ids = np.array(ids[:length] + [0] * (SEQ - length))
     instance = {
         "input_ids": ids,
@@ -39,7 +40,8 @@ def _instance(index, rng, masked=True):
 
 def _write(path, instances):
     """Writes tf.train.Examples with exactly google-research/bert's feature spec."""
-    spec = features.MASKED_FEATURES if "masked_lm_ids" in instances[0] else features.UNMASKED_FEATURES
+    masked = "masked_lm_ids" in instances[0]
+    spec = features.MASKED_FEATURES if masked else features.UNMASKED_FEATURES
     with tf.io.TFRecordWriter(str(path)) as writer:
         for instance in instances:
             feature = {}
@@ -71,7 +73,9 @@ def _dataset(patterns, **kwargs):
 
 
 def _take(dataset_or_iterator, n):
-    it = iter(dataset_or_iterator) if isinstance(dataset_or_iterator, tf.data.Dataset) else dataset_or_iterator
+    it = dataset_or_iterator
+    if isinstance(it, tf.data.Dataset):
+        it = iter(it)
     return [{k: np.asarray(v) for k, v in next(it).items()} for _ in range(n)]
 
 
@@ -97,7 +101,8 @@ def _dynamic(**kwargs):
 
 def test_eval_reads_every_example_in_order_and_pads_the_last_batch(tmp_path):
     files = _files(tmp_path, num_files=2, per_file=5)
-    batches = list(_dataset(f"{files[0]},{tmp_path}/part-01*", is_training=False).as_numpy_iterator())
+    dataset = _dataset(f"{files[0]},{tmp_path}/part-01*", is_training=False)
+    batches = list(dataset.as_numpy_iterator())
     assert len(batches) == 3
     assert batches[0]["input_ids"].dtype == np.int32
     assert batches[0]["masked_lm_weights"].dtype == np.float32
@@ -117,7 +122,8 @@ def test_bad_patterns_and_batch_size_fail_loudly(tmp_path):
         _dataset(f"{files[0]},{tmp_path}/nope-*")
     with pytest.raises(ValueError, match="train.batch_size"):
         _dataset(files, global_batch_size=6, process_index=0, process_count=4)
-    unmasked = _write(tmp_path / "unmasked.tfrecord", [_instance(0, np.random.default_rng(0), masked=False)])
+    instance = _instance(0, np.random.default_rng(0), masked=False)
+    unmasked = _write(tmp_path / "unmasked.tfrecord", [instance])
     with pytest.raises(ValueError, match="dynamic_masking"):
         _dataset(unmasked)
 
@@ -179,11 +185,13 @@ def test_dynamic_masking_follows_google_bert_rules():
     ids[np.arange(seq)[None, :] >= lengths[:, None]] = SPECIAL.pad
     out = _mask(ids, pred=3)
 
-    num_to_predict = np.minimum(3, np.maximum(1, np.round(lengths * 0.15)))  # lengths count [CLS]/[SEP]
+    # lengths count [CLS] and [SEP], as in G-BERT.
+    num_to_predict = np.minimum(3, np.maximum(1, np.round(lengths * 0.15)))
     np.testing.assert_array_equal(out["masked_lm_weights"].sum(1), num_to_predict)
     real = out["masked_lm_weights"] > 0
     pos = out["masked_lm_positions"]
-    assert np.all(np.diff(np.where(real, pos, seq + np.arange(3)), axis=1) > 0)  # sorted, then padding
+    # Sorted, then padding.
+    assert np.all(np.diff(np.where(real, pos, seq + np.arange(3)), axis=1) > 0)
     np.testing.assert_array_equal(pos[~real], 0)
     originals = np.take_along_axis(ids, pos, 1)
     assert not np.isin(originals[real], [SPECIAL.cls, SPECIAL.sep, SPECIAL.pad]).any()
@@ -226,7 +234,8 @@ def test_remasking_restores_originals_then_masks_fresh(tmp_path):
         originals = _originals(s)
         np.testing.assert_array_equal(_originals(d), originals)
         predicted = np.take_along_axis(originals, d["masked_lm_positions"], 1)
-        np.testing.assert_array_equal(d["masked_lm_ids"], np.where(d["masked_lm_weights"] > 0, predicted, 0))
+        expected = np.where(d["masked_lm_weights"] > 0, predicted, 0)
+        np.testing.assert_array_equal(d["masked_lm_ids"], expected)
         assert not np.array_equal(d["masked_lm_positions"], s["masked_lm_positions"])
 
 
@@ -242,7 +251,9 @@ def test_dynamic_masks_are_fresh_each_epoch_and_reproducible(tmp_path):
 def test_iterator_position_survives_checkpoint_restore(tmp_path, masking):
     masked = masking == "static"
     files = _files(tmp_path, num_files=3, per_file=6, masked=masked)
-    kwargs = {} if masked else _dynamic(whole_word_mask=masking == "whole_word", continuation_ids=CONTINUATION)
+    kwargs = {} if masked else _dynamic(
+        whole_word_mask=masking == "whole_word", continuation_ids=CONTINUATION
+    )
     iterator = _dataset(files, shuffle_buffer_size=5, **kwargs).as_numpy_iterator()
     _take(iterator, 7)
     with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
@@ -259,7 +270,10 @@ def test_iterator_position_survives_checkpoint_restore(tmp_path, masking):
 def test_reads_google_bert_file(shared_data):
     path = str(shared_data / "google_bert" / "speeches_seq128.tfrecord")
     vocab = (shared_data / "google_bert" / "vocab.txt").read_text().splitlines()
-    kwargs = dict(global_batch_size=64, max_seq_length=128, max_predictions_per_seq=20, seed=0, is_training=False)
+    kwargs = dict(
+        global_batch_size=64, max_seq_length=128, max_predictions_per_seq=20, seed=0,
+        is_training=False,
+    )
     static = _take(make_pretraining_dataset(path, **kwargs), 4)
     dynamic = _take(
         make_pretraining_dataset(
@@ -270,7 +284,8 @@ def test_reads_google_bert_file(shared_data):
     )
     for s, d in zip(static, dynamic):
         assert s["input_ids"].shape == (64, 128) and s["masked_lm_ids"].shape == (64, 20)
-        assert s["input_ids"].max() < len(vocab) and s["input_ids"][:, 0].tolist() == [vocab.index("[CLS]")] * 64
+        assert s["input_ids"].max() < len(vocab)
+        assert s["input_ids"][:, 0].tolist() == [vocab.index("[CLS]")] * 64
         lengths = s["input_mask"].sum(1)
         np.testing.assert_array_equal(s["input_mask"], np.arange(128)[None] < lengths[:, None])
         assert set(np.unique(s["masked_lm_weights"])) <= {0.0, 1.0}
