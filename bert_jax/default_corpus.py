@@ -73,21 +73,27 @@ def _skipped(name: str) -> bool:
         part in _SKIP_PARTS or part.startswith("_") for part in parts)
 
 
+def _submodules(package) -> Iterator[str]:
+    """Names of the package's modules, recursively, not importing skipped ones."""
+    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        if _skipped(info.name):
+            continue
+        yield info.name
+        if info.ispkg:
+            subpackage = _import(info.name)
+            if subpackage is not None and hasattr(subpackage, "__path__"):
+                yield from _submodules(subpackage)
+
+
 def module_names() -> list[str]:
     """Public standard-library and THIRD_PARTY modules to read, sorted, packages walked."""
-    roots = sorted(sys.stdlib_module_names) + list(THIRD_PARTY)
     names = []
-    for root in roots:
-        if _skipped(root):
-            continue
-        module = _import(root)
-        if module is None:
-            continue
-        names.append(root)
-        if hasattr(module, "__path__"):
-            for info in pkgutil.walk_packages(module.__path__, root + ".", onerror=lambda _: None):
-                if not _skipped(info.name):
-                    names.append(info.name)
+    for root in sorted(sys.stdlib_module_names) + list(THIRD_PARTY):
+        module = None if _skipped(root) else _import(root)
+        if module is not None:
+            names.append(root)
+            if hasattr(module, "__path__"):
+                names.extend(_submodules(module))
     return sorted(set(names))
 
 
@@ -200,7 +206,7 @@ def iter_documents(names: Sequence[str]) -> Iterator[list[str]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecated modules warn when read
         for sentences in _all_documents(names):
-            fresh = [s for s in sentences if s not in seen]
+            fresh = [s for s in dict.fromkeys(sentences) if s not in seen]
             seen.update(fresh)
             if len(fresh) >= 2:  # a pair at least, for next-sentence prediction
                 yield fresh

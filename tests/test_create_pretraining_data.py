@@ -93,7 +93,7 @@ def _sha(path) -> str:
 
 # --- Parity with google-research/bert's output ----------------------------
 
-GBERT_SEEDS = 8
+GBERT_SEEDS = 16
 
 
 def test_statistics_match_google_berts_file(shared_data, tmp_path):
@@ -102,7 +102,7 @@ def test_statistics_match_google_berts_file(shared_data, tmp_path):
     With 124 documents, the short-target draw (per document, as G-BERT) makes
     one seed's statistics spread by ~3% in instances and ~2.5% in tokens per
     instance, for G-BERT as for us. So we pool GBERT_SEEDS seeds (12345 and
-    on), which estimates our expected statistics to ~1%, and compare that
+    on), which estimates our expected statistics to <1%, and compare that
     with G-BERT's one file.
     """
     corpus = shared_data / "corpus" / "us_presidential_speeches.txt"
