@@ -90,12 +90,12 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         config.data.default_corpus = True
         config.data.eval_batches = 20
         config.train.batch_size = 32
-        config.train.num_steps = 3000
+        config.train.num_steps = 800  # ~5 minutes on a 2-core CPU
         config.train.learning_rate = 1e-3  # a tiny model and short run tolerate more
-        config.train.warmup_steps = 300
-        config.train.log_every = 100
-        config.train.eval_every = 1000
-        config.train.checkpoint_every = 1000
+        config.train.warmup_steps = 80
+        config.train.log_every = 50
+        config.train.eval_every = 400
+        config.train.checkpoint_every = 200
     elif arg.startswith(("base_", "large_")):
         config.model = model_config.get_config(arg.split("_")[0])
         if arg.endswith("phase2"):
