@@ -121,22 +121,6 @@ def run_torch(size: str, batch: int, seq: int, steps: int) -> dict:
             "peak_rss_mb": peak_rss_mb(), "loss": float(loss), "threads": torch.get_num_threads()}
 
 
-def run_matmul(n: int = 2048, repeats: int = 10) -> dict:
-    import jax
-    import jax.numpy as jnp
-
-    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
-    matmul = jax.jit(jnp.dot)
-    matmul(a, b).block_until_ready()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        out = matmul(a, b)
-    out.block_until_ready()
-    seconds = (time.perf_counter() - start) / repeats
-    return {"flops_per_s": 2 * n ** 3 / seconds, "n": n}
-
-
 def child(args) -> None:
     run = {"jax": run_jax, "torch": run_torch}[args.child]
     print(json.dumps(run(args.size, args.batch, args.seq, args.steps)))
@@ -166,11 +150,11 @@ def main() -> None:
         child(args)
         return
 
-    from bert_jax.flops import train_flops_per_sequence
+    from bert_jax.flops import measure_matmul_flops_per_s, train_flops_per_sequence
     from bert_jax.model_config import preset
 
-    matmul = run_matmul()
-    print(f"fp32 matmul {matmul['n']}^3: {matmul['flops_per_s'] / 1e9:.1f} GFLOP/s")
+    matmul_flops = measure_matmul_flops_per_s()
+    print(f"fp32 matmul 2048^3: {matmul_flops / 1e9:.1f} GFLOP/s")
     results = {}
     for size in args.sizes.split(","):
         flops = train_flops_per_sequence(preset(size), args.seq, NUM_PREDICTIONS)
@@ -181,7 +165,7 @@ def main() -> None:
             achieved = flops * ours["sequences_per_s"]
             row.update(sequences_per_s=ours["sequences_per_s"], peak_rss_mb=ours["peak_rss_mb"],
                        achieved_flops_per_s=achieved,
-                       mfu_vs_matmul=achieved / matmul["flops_per_s"], device=ours["device"])
+                       mfu_vs_matmul=achieved / matmul_flops, device=ours["device"])
         if torch_result:
             row.update(pytorch_sequences_per_s=torch_result["sequences_per_s"],
                        pytorch_peak_rss_mb=torch_result["peak_rss_mb"])
@@ -195,7 +179,7 @@ def main() -> None:
         "sequences_per_s": headline.get("sequences_per_s"),
         "pytorch_sequences_per_s": headline.get("pytorch_sequences_per_s"),
         "vs_pytorch": headline.get("vs_pytorch"),
-        "matmul_flops_per_s": matmul["flops_per_s"],
+        "matmul_flops_per_s": matmul_flops,
         "mfu_vs_matmul": headline.get("mfu_vs_matmul"),
         "peak_rss_mb": headline.get("peak_rss_mb"),
         "pytorch_peak_rss_mb": headline.get("pytorch_peak_rss_mb"),

@@ -44,3 +44,25 @@ def peak_flops_per_device(device_kind: str) -> float | None:
         if device_kind.startswith(kind):
             return flops
     return None
+
+
+def measure_matmul_flops_per_s(n: int = 2048, repeats: int = 10) -> float:
+    """FLOP/s of a jitted fp32 [n, n] x [n, n] matmul on the default device.
+
+    The practical ceiling of a machine whose peak we do not know (CPUs); model
+    throughput over it is the MFU-like figure the benchmarks report.
+    """
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+    matmul = jax.jit(jnp.dot)
+    matmul(a, b).block_until_ready()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out = matmul(a, b)
+    out.block_until_ready()
+    return 2 * n ** 3 * repeats / (time.perf_counter() - start)
