@@ -154,12 +154,13 @@ def process_shard(
         stats["short_target"] += int(batch.short_target.sum())
         if not options.unmasked:
             stats["masked_positions"] += int(values["masked_lm_weights"].sum())
-        # Deal the batch round-robin over the outputs; group it by output so
+        # Deal the batch round-robin over the outputs, grouped by output so
         # each output's records are one contiguous slice of the buffer.
         target = (np.arange(begin, begin + len(batch)) + shard_index) % num_outputs
-        by_output = np.argsort(target, kind="stable")
-        buffer, record_offsets = tfrecord_writer.encode_tfrecords(
-            {name: value[by_output] for name, value in values.items()})
+        if num_outputs > 1:
+            by_output = np.argsort(target, kind="stable")
+            values = {name: value[by_output] for name, value in values.items()}
+        buffer, record_offsets = tfrecord_writer.encode_tfrecords(values)
         cuts = record_offsets[np.concatenate([[0], np.cumsum(np.bincount(target, minlength=num_outputs))])]
         for k in range(num_outputs):
             outputs[k] += buffer[cuts[k] : cuts[k + 1]].data

@@ -25,6 +25,7 @@ from bert_jax.build_vocab import expand_input_files
 from bert_jax.sentence_split import split_sentences
 
 _EXAMPLES_KEPT = 10  # invalid-UTF-8 locations named in the report
+_BLOCK_BYTES = 1 << 22  # text files are read and decoded 4 MB at a time
 
 
 @dataclasses.dataclass
@@ -69,23 +70,52 @@ def _decode(raw: bytes, where: str, report: ReadReport) -> str:
         return raw.decode("utf-8", "replace")
 
 
+def _lines(path: str, report: ReadReport) -> Iterator[str]:
+    """The lines of a file, split at "\\n" only, as G-BERT's readline does.
+
+    Reads and decodes a block of whole lines at a time (one C call instead of
+    one per line); only a block with invalid UTF-8 is decoded line by line,
+    to name the lines. "\\n" never occurs inside a UTF-8 sequence, so both
+    ways split alike.
+    """
+    number = 0
+    rest = b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(_BLOCK_BYTES)
+            data = rest + block
+            cut = data.rfind(b"\n") + 1 if block else len(data)
+            data, rest = data[:cut], data[cut:]
+            if data:
+                try:
+                    lines = data.decode("utf-8").split("\n")
+                except UnicodeDecodeError:
+                    lines = [_decode(raw, f"{path}:{number + i + 1}", report)
+                             for i, raw in enumerate(data.split(b"\n"))]
+                if data.endswith(b"\n"):
+                    lines.pop()  # the newline ending the block starts no line
+                number += len(lines)
+                yield from lines
+            if not block:
+                return
+
+
 def read_text_files(paths: Sequence[str], report: ReadReport) -> Iterator[list[str]]:
     """Yields the documents of `paths`, in order, as lists of sentences."""
     for path in paths:
         report.sources += 1
         found_text = False
         document: list[str] = []
-        with open(path, "rb") as f:
-            for line_number, raw in enumerate(f, 1):
-                report.lines += 1
-                line = _decode(raw, f"{path}:{line_number}", report).strip()
-                if line:
-                    found_text = True
-                    document.append(line)
-                elif document:
-                    report.documents += 1
-                    yield document
-                    document = []
+        for line in _lines(path, report):
+            report.lines += 1
+            line = line.strip()
+            if line:
+                found_text = True
+                document.append(line)
+            elif document:
+                report.documents += 1
+                yield document
+                document = []
         if document:
             report.documents += 1
             yield document
