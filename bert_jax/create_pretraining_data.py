@@ -71,7 +71,7 @@ def _shards(documents: Iterable[list[str]], max_chars: int) -> Iterator[tuple[in
 
 def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, num_workers: int):
     """Yields ShardResults in shard order, from this process or a worker pool."""
-    if num_workers <= 1:
+    if num_workers == 1:
         for index, documents in shards:
             yield pretraining_shard.process_shard(tokenizer, options, num_outputs, index, documents)
         return
@@ -93,7 +93,10 @@ def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, n
 def _summary(stats: collections.Counter, report: text_sources.ReadReport, options: InstanceOptions,
              outputs: Sequence[str], shards: int, seconds: float) -> dict:
     instances = stats["instances"]
-    per_instance = lambda key: round(stats[key] / max(instances, 1), 4)  # noqa: E731
+
+    def per_instance(key: str) -> float:
+        return round(stats[key] / max(instances, 1), 4)
+
     return {
         "inputs": report.sources,
         "documents": stats["documents"],
@@ -137,8 +140,11 @@ def write_pretraining_data(
     instance could be made.
     """
     options.validate()
-    if not output_files:
-        raise ValueError("no output file given")
+    if not output_files or len(set(output_files)) != len(output_files):
+        raise ValueError(f"need one or more distinct output files, got {list(output_files)}")
+    if num_workers < 1 or megabytes_per_shard <= 0:
+        raise ValueError(f"need num_workers >= 1 and megabytes_per_shard > 0, got {num_workers}, "
+                         f"{megabytes_per_shard}")
     output_files = [os.path.abspath(path) for path in output_files]
     for path in output_files:  # before any work
         atomic_output.check_writable(path, overwrite)

@@ -54,6 +54,8 @@ class InstanceOptions:
             raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
         if self.dupe_factor < 1:
             raise ValueError(f"dupe_factor must be >= 1, got {self.dupe_factor}")
+        if self.random_seed < 0:
+            raise ValueError(f"random_seed must be >= 0, got {self.random_seed}")
 
 
 @dataclasses.dataclass
