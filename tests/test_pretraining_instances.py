@@ -117,6 +117,8 @@ def test_whole_word_masking_never_splits_a_word_and_decides_per_word():
     n, s = pairs.input_ids.shape
     chosen = np.zeros((n, s), bool)
     chosen[np.repeat(np.arange(n), real.sum(axis=1)), masked.positions[real]] = True
+    rows = np.arange(n)
+    assert not (chosen[:, 0] | chosen[rows, pairs.first_sep] | chosen[rows, pairs.lengths - 1]).any()
     words = 0
     for i in range(n):
         row, length, sep = pairs.input_ids[i], pairs.lengths[i], pairs.first_sep[i]
