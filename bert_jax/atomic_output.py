@@ -17,6 +17,14 @@ def check_writable(path: str, overwrite: bool, flag: str = "--overwrite") -> Non
         raise FileExistsError(f"{path} already exists; pass {flag} to replace it")
 
 
+def _set_default_mode(path: str, mode: int) -> None:
+    # mkstemp/mkdtemp make owner-only entries; outputs get the mode a plain
+    # open()/mkdir() would give under the user's umask.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, mode & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str, overwrite: bool = False):
     """Yields a temporary folder beside `path` that becomes `path` on success."""
@@ -25,6 +33,7 @@ def atomic_directory(path: str, overwrite: bool = False):
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    _set_default_mode(tmp, 0o777)
     try:
         yield tmp
     except BaseException:
@@ -49,6 +58,7 @@ def atomic_file(path: str, overwrite: bool = False, mode: str = "w"):
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    _set_default_mode(tmp, 0o666)
     try:
         with os.fdopen(fd, mode) as f:
             yield f

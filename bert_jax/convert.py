@@ -21,7 +21,7 @@ from bert_jax.atomic_output import atomic_directory
 from bert_jax.heads import BertForPreTraining
 from bert_jax.model_config import BertConfig
 from bert_jax.model import BertModel
-from bert_jax.params import flat_params, load_flat_params
+from bert_jax.params import load_flat_params, param_paths
 from bert_jax.weight_names import ENCODER_PREFIX
 
 INPUT_FORMATS = ("hf", "tf_v1", "bert_jax")
@@ -86,26 +86,36 @@ def load_model(path: str, model_class=BertForPreTraining, fmt: str | None = None
     """
     config, flat, _, _ = read_checkpoint(path, fmt or detect_format(path))
     config = config.replace(**(config_overrides or {}))
-    model = model_class(config, rngs=nnx.Rngs(seed), **model_kwargs)
-    if isinstance(model, BertModel):  # the bare encoder has no `bert/` level
+    def build():
+        return model_class(config, rngs=nnx.Rngs(seed), **model_kwargs)
+
+    # Shapes only: running every initializer just to overwrite it is slow.
+    model = nnx.eval_shape(build)
+    if model_class is BertModel:  # the bare encoder has no `bert/` level
         flat = {k[len(ENCODER_PREFIX):]: v for k, v in flat.items() if k.startswith(ENCODER_PREFIX)}
-        task_heads = ()
-    elif isinstance(model, BertForPreTraining):
-        task_heads = ()
-    else:
-        task_heads = tuple({p.split("/")[0] + "/" for p in flat_params(model)} - {ENCODER_PREFIX})
+    wanted = param_paths(model)
+    task_heads = ()
+    if not wanted <= set(flat):
+        model = build()  # the heads the checkpoint lacks start from their init
+        if model_class not in (BertModel, BertForPreTraining):
+            task_heads = tuple({p.split("/")[0] + "/" for p in wanted} - {ENCODER_PREFIX})
     load_flat_params(model, flat, source=path, allow_missing=task_heads)
     return model
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input", None, "Checkpoint to read (folder or TF prefix).")
-flags.DEFINE_enum("input_format", None, INPUT_FORMATS, "Format of --input.")
-flags.DEFINE_string("output", None, "Folder to write.")
-flags.DEFINE_enum("output_format", "bert_jax", OUTPUT_FORMATS, "Format of --output.")
-flags.DEFINE_string("vocab_file", None, "vocab.txt to store with the output (default: the "
-                    "input's own vocab.txt, if it has one).")
-flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
+
+
+def _define_flags() -> None:
+    # Defined only when run as a program, so that importing this module (as
+    # other CLIs do) registers no flags.
+    flags.DEFINE_string("input", None, "Checkpoint to read (folder or TF prefix).")
+    flags.DEFINE_enum("input_format", None, INPUT_FORMATS, "Format of --input.")
+    flags.DEFINE_string("output", None, "Folder to write.")
+    flags.DEFINE_enum("output_format", "bert_jax", OUTPUT_FORMATS, "Format of --output.")
+    flags.DEFINE_string("vocab_file", None, "vocab.txt to store with the output (default: the "
+                        "input's own vocab.txt, if it has one).")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
 
 
 def main(argv):
@@ -123,4 +133,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)

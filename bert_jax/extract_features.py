@@ -242,11 +242,9 @@ def _define_flags() -> None:
                          "[SEP] included; longer examples are truncated.")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
     flags.DEFINE_integer("batch_size", 8, "Examples per forward pass.")
-    # bert_jax.convert, imported above, defines flags of these two names at
-    # import time; allow_override lets this CLI's own definitions stand.
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt (default: the checkpoint's "
-                        "own vocab.txt).", allow_override=True)
-    flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file.", allow_override=True)
+                        "own vocab.txt).")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file.")
 
 
 def main(argv: Sequence[str]) -> None:

@@ -7,6 +7,7 @@ it has from a flat dict, and a checkpoint of any model converts to any other.
 """
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -19,6 +20,11 @@ def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
     """The model's parameters as {path: numpy array}."""
     state = nnx.state(model, nnx.Param)
     return {_path_str(path): np.asarray(var[...]) for path, var in nnx.to_flat_state(state)}
+
+
+def param_paths(model: nnx.Module) -> set[str]:
+    """The '/'-joined paths of the model's parameters (works on abstract models)."""
+    return {_path_str(path) for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
 def nest(flat: dict[str, np.ndarray]) -> dict:
@@ -70,6 +76,7 @@ def load_flat_params(model: nnx.Module, flat: dict[str, np.ndarray], *, source: 
         if value.shape != var.shape:
             raise ValueError(f"{source}: tensor {name} has shape {value.shape}, the model config "
                              f"expects {var.shape}")
-        var[...] = value.astype(var.dtype)
+        # set_value also fills the abstract variables of an nnx.eval_shape model.
+        var.set_value(jnp.asarray(value, var.dtype))
     nnx.update(model, state)
     return sorted(set(flat) - wanted)

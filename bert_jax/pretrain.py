@@ -84,6 +84,27 @@ def _initial_params(config, model_config, seed: int, shardings):
     return jax.jit(init, out_shardings=shardings)()
 
 
+def _state_of_previous_run(path: str, abstract_state):
+    """Params and optimizer moments of another run's newest checkpoint (phase 2).
+
+    The new phase runs its own schedule: the step and the optimizer's counters
+    restart from 0, the Adam/LAMB moments carry over. Both runs must use the
+    same optimizer (the state's structure must match).
+    """
+    import optax
+
+    with Checkpointer(path, save_interval_steps=1) as previous:
+        restored = previous.restore_latest(abstract_state)
+    if restored is None:
+        raise FileNotFoundError(f"config.train.init_checkpoint: no checkpoint in {path}/checkpoints")
+    _report(f"initialised from step {restored.step} of {path} (params and optimizer state)")
+    state = restored.state
+    zero = jnp.zeros_like(state["step"])
+    state = dict(state, step=zero, opt_state=optax.tree_utils.tree_set(state["opt_state"], count=zero))
+    # Copies: the step donates its input, and one buffer may not appear twice.
+    return jax.tree.map(jnp.copy, state)
+
+
 def _state_shardings(optimizer, params_abstract, param_shardings, mesh):
     import optax
 
@@ -170,6 +191,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if restored is not None:
         state = restored.state
         _report(f"resumed from the checkpoint at step {restored.step} in {workdir}")
+    elif t.init_checkpoint and t.init_mode == "full":
+        state = _state_of_previous_run(t.init_checkpoint, abstract_state)
     else:
         params = _initial_params(config, model_config, t.seed, param_shardings)
         state = jax.jit(lambda p: init_train_state(p, optimizer, t.seed),

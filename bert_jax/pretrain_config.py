@@ -99,10 +99,14 @@ def validate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         _fail("train.optimizer", f"{t.optimizer!r} is not one of {OPTIMIZERS}")
     if t.schedule not in SCHEDULE_KINDS:
         _fail("train.schedule", f"{t.schedule!r} is not one of {SCHEDULE_KINDS}")
-    if t.init_mode != "params":
-        _fail("train.init_mode", f"{t.init_mode!r}: only 'params' is implemented")
+    if t.init_mode not in ("params", "full"):
+        _fail("train.init_mode", f"{t.init_mode!r} is not 'params' or 'full'")
     if t.init_checkpoint and not os.path.exists(t.init_checkpoint):
         _fail("train.init_checkpoint", f"{t.init_checkpoint} does not exist")
+    if (t.init_checkpoint and t.init_mode == "full"
+            and not os.path.isdir(os.path.join(t.init_checkpoint, "checkpoints"))):
+        _fail("train.init_checkpoint", f"init_mode 'full' takes a pretraining workdir, and "
+              f"{t.init_checkpoint} has no checkpoints/")
     if config.get("require_init_checkpoint") and not t.init_checkpoint:
         _fail("train.init_checkpoint", "this preset continues from a phase-1 checkpoint; set it")
 

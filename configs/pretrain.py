@@ -65,8 +65,12 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.train.adam_eps = 1e-6
     config.train.max_grad_norm = 1.0  # global-norm clipping before the optimizer
     config.train.seed = 0  # params init, dropout and data order
-    config.train.init_checkpoint = ""  # bert_jax/hf/tf_v1 checkpoint to start from
-    config.train.init_mode = "params"  # "params" (phase 2) or "full" (state of a pretrain workdir)
+    # Start from another checkpoint (phase 2). init_mode "params": any
+    # bert_jax/hf/tf_v1 checkpoint, fresh optimizer. "full": a pretraining
+    # workdir's newest checkpoint, optimizer moments too (same optimizer);
+    # either way the step and schedule restart from 0.
+    config.train.init_checkpoint = ""
+    config.train.init_mode = "params"
     config.train.log_every = 100  # steps between log lines / metrics.jsonl rows
     config.train.eval_every = 10_000  # steps between evaluations (0 = never)
     config.train.checkpoint_every = 10_000  # steps between checkpoints

@@ -25,15 +25,16 @@ VOCAB, SEQ, PRED = 120, 32, 5
 
 # A model small enough that a step takes milliseconds on a CPU.
 SMALL_MODEL = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                   intermediate_size=64, max_position_embeddings=SEQ)
+                   intermediate_size=64, max_position_embeddings=2 * SEQ)
 
 
-def write_random_tfrecord(path, num_examples, seed=0):
+def write_random_tfrecord(path, num_examples, seed=0, seq=SEQ, pred=PRED):
     """Random but well-formed pretraining examples (google-research/bert's features)."""
+    SEQ, PRED = seq, pred  # noqa: N806
     rng = np.random.default_rng(seed)
     with tf.io.TFRecordWriter(str(path)) as writer:
         for _ in range(num_examples):
-            length = int(rng.integers(10, SEQ + 1))
+            length = int(rng.integers(2 * PRED + 2, SEQ + 1))
             ids = np.zeros(SEQ, np.int64)
             ids[:length] = rng.integers(5, VOCAB, length)
             ids[0], ids[length - 1] = 2, 3
@@ -58,6 +59,7 @@ def random_data(tmp_path_factory):
     folder = tmp_path_factory.mktemp("data")
     write_random_tfrecord(folder / "train.tfrecord", 400, seed=0)
     write_random_tfrecord(folder / "eval.tfrecord", 40, seed=1)
+    write_random_tfrecord(folder / "train_long.tfrecord", 100, seed=2, seq=2 * SEQ, pred=2 * PRED)
     return folder
 
 
@@ -99,6 +101,7 @@ def export_params(workdir):
 
 def test_killed_run_resumes_to_identical_params(tmp_path, random_data):
     overrides = small_overrides(random_data)
+    overrides["data.eval_files"] = ""  # not needed here; saves a compilation per run
     straight = tmp_path / "straight"
     subprocess.run(cli(straight, overrides), cwd=REPO, check=True, capture_output=True)
 
@@ -179,6 +182,9 @@ def test_evaluation_and_metrics_file(tmp_path, random_data):
     ({"data.max_seq_length": 64}, "data.max_seq_length"),
     ({"data.train_files": "/nonexistent/*.tfrecord"}, "data.train_files"),
     ({"train.optimizer": "sgd"}, "train.optimizer"),
+    ({"data.max_predictions_per_seq": 7}, "data.max_predictions_per_seq"),
+    ({"model.max_position_embeddings": 16}, "data.max_seq_length"),
+    ({"train.init_checkpoint": "/nonexistent/ckpt"}, "train.init_checkpoint"),
 ])
 def test_bad_config_fails_before_compute_naming_the_field(tmp_path, random_data, override,
                                                            field):
@@ -252,3 +258,75 @@ def test_learns_on_google_bert_tfrecords(tmp_path, shared_data):
     end = np.mean([r["mlm_accuracy"] for r in rows[-20:]])
     assert start < 0.01 and end > 0.04, (start, end)
     assert np.mean([r["loss"] for r in rows[-20:]]) < rows[0]["loss"] - 2.0
+
+
+@pytest.mark.parametrize("init_mode", ["params", "full"])
+def test_phase2_starts_from_phase1_at_a_longer_sequence(tmp_path, random_data, init_mode):
+    phase1 = tmp_path / "phase1"
+    pretrain.train_and_evaluate(config_with(small_overrides(random_data, num_steps=4)),
+                                str(phase1))
+    trained = export_params(phase1)
+    init = str(phase1 / "export") if init_mode == "params" else str(phase1)
+    overrides = small_overrides(random_data, num_steps=3, init_checkpoint=init,
+                                init_mode=init_mode, export_params=False)
+    overrides.update({"data.train_files": str(random_data / "train_long.tfrecord"),
+                      "data.eval_files": "", "data.max_seq_length": 2 * SEQ,
+                      "data.max_predictions_per_seq": 2 * PRED})
+    phase2 = tmp_path / "phase2"
+    pretrain.train_and_evaluate(config_with(overrides), str(phase2))
+    rows = [r for r in read_metrics(phase2) if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # the step restarts at 0
+    fresh = tmp_path / "fresh"
+    overrides.update({"train.init_checkpoint": ""})
+    pretrain.train_and_evaluate(config_with(overrides), str(fresh))
+    fresh_rows = [r for r in read_metrics(fresh) if "loss" in r]
+    assert rows[0]["loss"] != fresh_rows[0]["loss"]
+    # The phase-2 workdir's step-3 checkpoint descends from phase 1's weights.
+    from bert_jax.checkpointing import load_pytree
+    state = load_pytree(str(phase2 / "checkpoints" / "3" / "state"))
+    word = np.asarray(state["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    start = trained["bert/embeddings/word_embeddings/embedding"]
+    assert np.abs(word - start).max() < 0.02  # three small steps away, not a fresh draw
+    if init_mode == "full":  # the optimizer moments came along
+        assert any(np.abs(np.asarray(x)).sum() > 0 for x in jax.tree.leaves(state["opt_state"]))
+
+
+def test_bf16_compute_trains_with_fp32_params_and_optimizer_state(tmp_path, random_data):
+    overrides = small_overrides(random_data, num_steps=4, export_params=False)
+    overrides["model.dtype"] = "bfloat16"
+    pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
+    rows = [r for r in read_metrics(tmp_path) if "loss" in r]
+    assert all(np.isfinite(r["loss"]) for r in rows)
+    from bert_jax.checkpointing import load_pytree
+    state = load_pytree(str(tmp_path / "checkpoints" / "4" / "state"))
+    floats = [x for x in jax.tree.leaves((state["params"], state["opt_state"]))
+              if np.issubdtype(np.asarray(x).dtype, np.floating)]
+    assert floats and all(np.asarray(x).dtype == np.float32 for x in floats)
+
+
+def test_learns_on_our_own_files_with_dynamic_masking(tmp_path, shared_data):
+    from bert_jax.build_vocab import train_wordpiece_vocab
+    from bert_jax.create_pretraining_data import create_pretraining_data
+    from bert_jax.tokenization import FullTokenizer
+
+    corpus = shared_data / "corpus" / "us_presidential_speeches.txt"
+    vocab = train_wordpiece_vocab(str(corpus), 2000, True, tmp_path / "vocab.txt")
+    tokenizer = FullTokenizer(str(vocab), do_lower_case=True)
+    num_tokens = len(tokenizer.vocab)
+    create_pretraining_data(str(corpus), str(tmp_path / "train.tfrecord"), tokenizer,
+                            max_seq_length=64, dupe_factor=1, unmasked=True)
+    overrides = {"data.train_files": str(tmp_path / "train.tfrecord"),
+                 "data.default_corpus": False, "data.dynamic_masking": True,
+                 "data.vocab_file": str(vocab), "data.max_seq_length": 64,
+                 "data.max_predictions_per_seq": 10, "data.shuffle_buffer": 1000,
+                 "model.vocab_size": num_tokens, "model.hidden_size": 64,
+                 "model.intermediate_size": 128, "model.num_attention_heads": 2,
+                 "train.batch_size": 32, "train.num_steps": 150, "train.warmup_steps": 10,
+                 "train.log_every": 1, "train.checkpoint_every": 1000, "train.eval_every": 0,
+                 "train.export_params": False}
+    pretrain.train_and_evaluate(config_with(overrides), str(tmp_path / "run"))
+    rows = [r for r in read_metrics(tmp_path / "run") if "loss" in r]
+    start = rows[0]["mlm_accuracy"]  # a random model: ~1/2000
+    end = np.mean([r["mlm_accuracy"] for r in rows[-20:]])
+    assert start < 0.01 and end > 0.035, (start, end)
+    assert np.mean([r["loss"] for r in rows[-20:]]) < rows[0]["loss"] - 1.0
