@@ -284,3 +284,19 @@ def test_crash_mid_write_leaves_nothing_under_final_name(tmp_path, monkeypatch):
         convert.write_checkpoint(str(tmp_path / "out"), "hf", config, flat)
     assert not (tmp_path / "out").exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".out")]
+
+
+def test_pytorch_bin_and_unprefixed_keys_read_the_same(tmp_path):
+    hf_model, folder = hf_pretraining_model(tmp_path)
+    _, reference, _, _ = convert.read_checkpoint(str(folder), "hf")
+    bin_folder = tmp_path / "bin"
+    hf_model.bert.save_pretrained(bin_folder)  # BertModel: keys without "bert."
+    # Older checkpoints are pickled PyTorch state dicts (transformers 5 writes
+    # only safetensors, so make one by hand).
+    torch.save(hf_model.bert.state_dict(), bin_folder / "pytorch_model.bin")
+    (bin_folder / "model.safetensors").unlink()
+    config, flat, report, _ = convert.read_checkpoint(str(bin_folder), "hf")
+    assert any("masked-LM head" in line for line in report)
+    assert set(flat) == {k for k in reference if k.startswith("bert/")}
+    for key in flat:
+        np.testing.assert_array_equal(flat[key], reference[key], err_msg=key)
