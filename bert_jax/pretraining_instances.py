@@ -255,9 +255,9 @@ def _choose_words(
     count = np.zeros(n, np.int64)
     for t in range(s):  # greedy in random word order, skipping words that overflow
         col = lens[:, t]
+        if not col.any() or (count >= num_to_predict).all():
+            break  # no words left, or every row is full
         take = (col > 0) & (count + col <= num_to_predict)
-        if not col.any():
-            break
         taken[:, t] = take
         count += np.where(take, col, 0)
     chosen_start = np.zeros((n, s), bool)
