@@ -23,15 +23,28 @@ PARAMS_DIR = "params"
 VOCAB_FILE = "vocab.txt"
 
 
+def _this_process_only_checkpointer():
+    """An Orbax checkpointer for host numpy values that syncs with no other process.
+
+    In a multi-process job one process writes the export (and any process may
+    read one); Orbax's default would wait at a barrier for all of them.
+    """
+    import jax
+    import orbax.checkpoint as ocp
+
+    me = jax.process_index()
+    options = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+    return ocp.Checkpointer(ocp.PyTreeCheckpointHandler(multiprocessing_options=options),
+                            multiprocessing_options=options)
+
+
 def save(path: str, config: BertConfig, flat: dict[str, np.ndarray], *,
          vocab_file: str | None = None, overwrite: bool = False) -> None:
     """Writes a bert_jax checkpoint folder atomically."""
-    import orbax.checkpoint as ocp
-
     with atomic_directory(path, overwrite=overwrite) as tmp:
         config.to_json_file(os.path.join(tmp, CONFIG_FILE))
         tree = nest({k: np.asarray(v) for k, v in flat.items()})
-        with ocp.PyTreeCheckpointer() as checkpointer:
+        with _this_process_only_checkpointer() as checkpointer:
             checkpointer.save(os.path.join(tmp, PARAMS_DIR), tree)
         if vocab_file:
             shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB_FILE))
@@ -45,15 +58,13 @@ def is_checkpoint(path: str) -> bool:
 
 def load(path: str) -> tuple[BertConfig, dict[str, np.ndarray], str | None]:
     """Reads (config, flat params, vocab path or None) from a bert_jax folder."""
-    import orbax.checkpoint as ocp
-
     if not os.path.isdir(path):
         raise FileNotFoundError(f"bert_jax checkpoint folder not found: {path}")
     if not is_checkpoint(path):
         raise FileNotFoundError(f"{path} is not a bert_jax checkpoint: it needs {CONFIG_FILE} and "
                                 f"{PARAMS_DIR}/")
     config = BertConfig.from_json_file(os.path.join(path, CONFIG_FILE))
-    with ocp.PyTreeCheckpointer() as checkpointer:
+    with _this_process_only_checkpointer() as checkpointer:
         tree = checkpointer.restore(os.path.abspath(os.path.join(path, PARAMS_DIR)))
     vocab = os.path.join(path, VOCAB_FILE)
     return config, flatten(tree), vocab if os.path.exists(vocab) else None

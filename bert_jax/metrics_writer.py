@@ -44,7 +44,12 @@ def _plain(value):
 class MetricsWriter:
     """Appends metrics rows and mirrors them to TensorBoard."""
 
-    def __init__(self, workdir: str, resume_step: int = 0, tensorboard: bool = True):
+    def __init__(self, workdir: str, resume_step: int = 0, tensorboard: bool = True,
+                 enabled: bool = True):
+        """enabled=False (every process but the first of a job) writes nothing."""
+        self.enabled = enabled
+        if not enabled:
+            return
         os.makedirs(workdir, exist_ok=True)
         self.path = os.path.join(workdir, METRICS_FILE)
         kept = [row for row in read_metrics(workdir) if row.get("step", 0) <= resume_step]
@@ -60,6 +65,8 @@ class MetricsWriter:
 
     def write(self, step: int, metrics: dict) -> None:
         """One row: {"step": step, **metrics} (scalars)."""
+        if not self.enabled:
+            return
         row = {"step": int(step), **{k: _plain(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
@@ -72,6 +79,8 @@ class MetricsWriter:
             self._summary.flush()
 
     def close(self) -> None:
+        if not self.enabled:
+            return
         self._file.close()
         if self._summary is not None:
             self._summary.close()

@@ -25,6 +25,7 @@ import ml_collections
 import numpy as np
 from absl import app, flags, logging
 from flax import nnx
+from jax.experimental import multihost_utils
 from ml_collections import config_flags
 
 from bert_jax import bert_checkpoint, pretrain_config, sharding
@@ -161,7 +162,7 @@ def evaluate(eval_step, params, dataset, batch_sharding) -> dict:
         totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     if totals is None:
         return {}
-    return {f"eval_{k}": float(v) for k, v in metrics_from_sums(totals).items()}
+    return {f"eval_{k}": float(v) for k, v in _host(metrics_from_sums(totals)).items()}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -171,7 +172,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     model_config = pretrain_config.model_config(config)
     t = config.train
     os.makedirs(workdir, exist_ok=True)
-    pretrain_config.save(config, workdir)
+    if jax.process_index() == 0:
+        pretrain_config.save(config, workdir)
 
     # Mesh and shardings.
     mesh = sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
@@ -214,9 +216,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         params = _initial_params(config, model_config, t.seed, param_shardings)
         state = jax.jit(lambda p: init_train_state(p, optimizer, t.seed),
                         out_shardings=state_shardings)(params)
-    step = int(state["step"])
+    step = int(_host(state["step"]))
 
-    writer = MetricsWriter(workdir, resume_step=step)
+    writer = MetricsWriter(workdir, resume_step=step, enabled=jax.process_index() == 0)
     preemption = _Preemption()
     flops_per_seq = train_flops_per_sequence(model_config, config.data.max_seq_length,
                                              config.data.max_predictions_per_seq)
@@ -240,13 +242,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             # Leave compilation out of the first interval's throughput.
             jax.block_until_ready(metrics)
             interval_start, interval_step = time.perf_counter(), step
-        if not bool(metrics["finite"]):
+        if not _host(metrics["finite"]):
             checkpointer.wait_until_finished()
             raise FloatingPointError(
                 f"non-finite loss or gradient at step {step}; nothing was saved over the last "
                 f"good checkpoint (step {checkpointer.latest_step()}) in {workdir}/checkpoints")
         if step % t.log_every == 0 or step == t.num_steps:
-            fetched = jax.device_get(history)
+            fetched = _host(history)
             seconds = time.perf_counter() - interval_start
             steps_done = step - interval_step
             seqs = steps_done * t.batch_size / seconds
@@ -300,7 +302,10 @@ def export_params(params, model_config, path: str, vocab_file: str | None = None
     """Writes the parameters as a bert_jax checkpoint (the convert CLI's format)."""
     model = nnx.eval_shape(lambda: BertForPreTraining(model_config, rngs=nnx.Rngs(0)))
     state = nnx.state(model, nnx.Param)
-    nnx.replace_by_pure_dict(state, jax.device_get(params))
+    # Every process takes part in gathering sharded parameters; one writes.
+    nnx.replace_by_pure_dict(state, multihost_utils.process_allgather(params, tiled=True))
+    if jax.process_index() != 0:
+        return
     nnx.update(model, state)
     bert_checkpoint.save(path, model_config, flat_params(model), vocab_file=vocab_file,
                          overwrite=True)
@@ -308,9 +313,15 @@ def export_params(params, model_config, path: str, vocab_file: str | None = None
 
 
 def _report(line: str) -> None:
-    # Progress goes to stdout, unfiltered; absl logging is kept for warnings
-    # (libraries such as Orbax log every save at INFO).
-    print(line, flush=True)
+    # Progress goes to stdout, unfiltered, from the first process; absl logging
+    # is kept for warnings (libraries such as Orbax log every save at INFO).
+    if jax.process_index() == 0:
+        print(line, flush=True)
+
+
+def _host(tree):
+    """numpy values of replicated arrays (also when they span several processes)."""
+    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
 
 
 def _format(metrics: dict) -> str:
@@ -326,6 +337,11 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:tiny.",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics and the export go here.")
+flags.DEFINE_bool("distributed", False, "Join a multi-process JAX job (jax.distributed): with "
+                  "the three flags below, or detected from SLURM / TPU VM environments.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
+flags.DEFINE_integer("num_processes", None, "Processes in the job.")
+flags.DEFINE_integer("process_id", None, "This process's index.")
 
 
 def main(argv):
@@ -334,6 +350,11 @@ def main(argv):
         raise app.UsageError("--config and --workdir are required")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+    if FLAGS.distributed or FLAGS.coordinator_address:
+        # Before anything touches a device. Unset flags are auto-detected.
+        jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
+                                   num_processes=FLAGS.num_processes,
+                                   process_id=FLAGS.process_id)
     train_and_evaluate(FLAGS.config, FLAGS.workdir)
 
 

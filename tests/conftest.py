@@ -17,3 +17,11 @@ def shared_data() -> pathlib.Path:
     if not data.is_dir():
         pytest.skip(f"{data} is absent (real reference data lives beside the checkout in ../shared)")
     return data
+
+
+@pytest.fixture(scope="session")
+def random_data(tmp_path_factory) -> pathlib.Path:
+    """A folder of small random pretraining TFRecords (see pretrain_runs.py)."""
+    from pretrain_runs import make_random_data
+
+    return make_random_data(tmp_path_factory.mktemp("random_data"))
