@@ -90,7 +90,7 @@ def _peak_flops_per_device() -> float:
     """The device's published bf16 peak; on CPUs, a measured fp32 matmul.
 
     CPUs have no published peak, so there MFU is relative to the practical
-    ceiling of the machine (a 1024^3 matmul, measured once, well under 1 s).
+    ceiling of the machine (a 2048^3 matmul, best of 10, about a second).
     """
     device = jax.devices()[0]
     peak = peak_flops_per_device(device.device_kind)
@@ -98,7 +98,7 @@ def _peak_flops_per_device() -> float:
         if device.platform != "cpu":
             logging.warning("no known peak FLOP/s for %s; MFU is relative to a measured fp32 "
                             "matmul", device.device_kind)
-        peak = measure_matmul_flops_per_s(n=1024, repeats=5)
+        peak = measure_matmul_flops_per_s()
     return peak
 
 
