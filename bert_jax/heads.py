@@ -74,22 +74,33 @@ class BertForPreTraining(nnx.Module):
                                  nsp_logits=self.nsp_head(out.pooled_output))
 
 
-class BertForSequenceClassification(nnx.Module):
-    """GLUE-style head on the pooled output: num_labels=1 means regression."""
+class _DropoutDenseHead(nnx.Module):
+    """The encoder, dropout and a dense layer to `num_outputs`: the shape of
+    google-research/bert's classifier heads. Subclasses pick what it reads."""
 
-    def __init__(self, config: BertConfig, num_labels: int, *, rngs: nnx.Rngs):
+    def __init__(self, config: BertConfig, num_outputs: int, rngs: nnx.Rngs):
         self.config = config
         self.bert = BertModel(config, rngs=rngs)
         self.dropout = nnx.Dropout(config.hidden_dropout_prob)
-        self.classifier = Dense((config.hidden_size,), (num_labels,), kernel_axes=("embed", None),
+        self.classifier = Dense((config.hidden_size,), (num_outputs,), kernel_axes=("embed", None),
                                 bias_axes=(None,), config=config, rngs=rngs)
+
+    def _head(self, features, deterministic, rngs):
+        return self.classifier(self.dropout(features, deterministic=deterministic, rngs=rngs))
+
+
+class BertForSequenceClassification(_DropoutDenseHead):
+    """GLUE-style head on the pooled output: num_labels=1 means regression."""
+
+    def __init__(self, config: BertConfig, num_labels: int, *, rngs: nnx.Rngs):
+        super().__init__(config, num_labels, rngs)
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, *,
                  deterministic=True, rngs=None) -> jax.Array:
         """Logits [batch, num_labels]."""
         pooled = self.bert(input_ids, token_type_ids, attention_mask,
                            deterministic=deterministic, rngs=rngs).pooled_output
-        return self.classifier(self.dropout(pooled, deterministic=deterministic, rngs=rngs))
+        return self._head(pooled, deterministic, rngs)
 
 
 class BertForQuestionAnswering(nnx.Module):
@@ -110,33 +121,25 @@ class BertForQuestionAnswering(nnx.Module):
         return logits[..., 0], logits[..., 1]
 
 
-class BertForTokenClassification(nnx.Module):
+class BertForTokenClassification(_DropoutDenseHead):
     """A label per token (NER): dropout + dense on the sequence output."""
 
     def __init__(self, config: BertConfig, num_labels: int, *, rngs: nnx.Rngs):
-        self.config = config
-        self.bert = BertModel(config, rngs=rngs)
-        self.dropout = nnx.Dropout(config.hidden_dropout_prob)
-        self.classifier = Dense((config.hidden_size,), (num_labels,), kernel_axes=("embed", None),
-                                bias_axes=(None,), config=config, rngs=rngs)
+        super().__init__(config, num_labels, rngs)
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, *,
                  deterministic=True, rngs=None) -> jax.Array:
         """Logits [batch, length, num_labels]."""
         sequence = self.bert(input_ids, token_type_ids, attention_mask,
                              deterministic=deterministic, rngs=rngs).sequence_output
-        return self.classifier(self.dropout(sequence, deterministic=deterministic, rngs=rngs))
+        return self._head(sequence, deterministic, rngs)
 
 
-class BertForMultipleChoice(nnx.Module):
+class BertForMultipleChoice(_DropoutDenseHead):
     """Scores each of C choices from its pooled output (SWAG style)."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
-        self.config = config
-        self.bert = BertModel(config, rngs=rngs)
-        self.dropout = nnx.Dropout(config.hidden_dropout_prob)
-        self.classifier = Dense((config.hidden_size,), (1,), kernel_axes=("embed", None),
-                                bias_axes=(None,), config=config, rngs=rngs)
+        super().__init__(config, 1, rngs)
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, *,
                  deterministic=True, rngs=None) -> jax.Array:
@@ -148,5 +151,4 @@ class BertForMultipleChoice(nnx.Module):
 
         pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask),
                            deterministic=deterministic, rngs=rngs).pooled_output
-        logits = self.classifier(self.dropout(pooled, deterministic=deterministic, rngs=rngs))
-        return logits.reshape(batch, choices)
+        return self._head(pooled, deterministic, rngs).reshape(batch, choices)

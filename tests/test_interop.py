@@ -48,7 +48,11 @@ def hf_pretraining_model(tmp_path, hidden_act="gelu", seed=0):
 def test_pretraining_logits_match_transformers(tmp_path):
     hf_model, folder = hf_pretraining_model(tmp_path)
     ours = convert.load_model(str(folder), BertForPreTraining, fmt="hf")
-    ids, types, mask = random_batch(np.random.default_rng(0), SMALL_HF["vocab_size"])
+    assert_pretraining_logits_match(ours, hf_model, seed=0)
+
+
+def assert_pretraining_logits_match(ours, hf_model, seed):
+    ids, types, mask = random_batch(np.random.default_rng(seed), SMALL_HF["vocab_size"])
     with torch.no_grad():
         ref = hf_model(input_ids=torch.tensor(ids), token_type_ids=torch.tensor(types),
                        attention_mask=torch.tensor(mask))
@@ -153,16 +157,7 @@ def test_google_bert_tf_checkpoint_matches(tmp_path):
     write_google_bert_checkpoint(hf_model, tmp_path / "tf")
     ours = convert.load_model(str(tmp_path / "tf"), BertForPreTraining, fmt="tf_v1")
     assert ours.config.hidden_act == "gelu_tanh"
-    ids, types, mask = random_batch(np.random.default_rng(2), SMALL_HF["vocab_size"])
-    with torch.no_grad():
-        ref = hf_model(input_ids=torch.tensor(ids), token_type_ids=torch.tensor(types),
-                       attention_mask=torch.tensor(mask))
-    out = ours(jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask))
-    real = mask.astype(bool)
-    np.testing.assert_allclose(np.asarray(out.mlm_logits)[real],
-                               ref.prediction_logits.numpy()[real], atol=1e-5, rtol=0)
-    np.testing.assert_allclose(np.asarray(out.nsp_logits), ref.seq_relationship_logits.numpy(),
-                               atol=1e-5, rtol=0)
+    assert_pretraining_logits_match(ours, hf_model, seed=2)
 
 
 # --- real pretrained weights -------------------------------------------------
