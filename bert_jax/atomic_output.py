@@ -40,8 +40,9 @@ def atomic_directory(path: str, overwrite: bool = False):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if os.path.lexists(path):
-        # Move the old output aside first, so that at every moment either the
-        # old or the new one stands complete under `path`.
+        # Move the old output aside, then the new one in: two renames, so a
+        # crash between them leaves `path` empty and the old output complete
+        # in .NAME.old-*/x (never a half-written one under `path`).
         old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
         os.rename(path, os.path.join(old, "x"))
         os.rename(tmp, path)

@@ -10,6 +10,7 @@ any of our models from any readable checkpoint.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -57,17 +58,33 @@ def write_checkpoint(path: str, fmt: str, config: BertConfig, flat: dict[str, np
         with atomic_directory(path, overwrite=overwrite) as tmp:
             hf_interop.save(tmp, config, flat)
             if vocab_file:
-                with open(vocab_file) as src, open(os.path.join(tmp, "vocab.txt"), "w") as dst:
-                    dst.write(src.read())
+                shutil.copyfile(vocab_file, os.path.join(tmp, "vocab.txt"))
     else:
         raise ValueError(f"--output_format={fmt!r} is not one of {OUTPUT_FORMATS}")
+
+
+def read_config(path: str, fmt: str) -> BertConfig:
+    """Only the model config of a checkpoint (cheap: no weights are read)."""
+    if fmt == "hf":
+        return hf_interop.read_config(path)
+    if fmt == "tf_v1":
+        folder = path if os.path.isdir(path) else os.path.dirname(path)
+        return tf_interop.read_config(os.path.join(folder, "bert_config.json"))
+    if fmt == "bert_jax":
+        return BertConfig.from_json_file(os.path.join(path, bert_checkpoint.CONFIG_FILE))
+    raise ValueError(f"format {fmt!r} is not one of {INPUT_FORMATS}")
 
 
 def detect_format(path: str) -> str:
     """Guesses a checkpoint's format from the files in it."""
     if bert_checkpoint.is_checkpoint(path):
         return "bert_jax"
-    if os.path.isfile(os.path.join(path, "config.json")):
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        raise ValueError(f"{path} is a pretraining workdir, not a checkpoint: use {path}/export "
+                         "(or, to continue its optimizer state, train.init_mode='full')")
+    weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+    if (os.path.isfile(os.path.join(path, "config.json"))
+            and any(os.path.isfile(os.path.join(path, w)) for w in weights)):
         return "hf"
     if os.path.exists(path + ".index") or os.path.isfile(os.path.join(path, "bert_config.json")):
         return "tf_v1"

@@ -48,6 +48,17 @@ class _Preemption:
         self.requested = False
         signal.signal(signal.SIGTERM, self._handle)
 
+    def agreed(self) -> bool:
+        """Whether any process was asked to stop; every process must call it each step.
+
+        The save after it is collective: if the signal reaches processes at
+        different steps, they must still save at the same one.
+        """
+        if jax.process_count() == 1:
+            return self.requested
+        flags_ = multihost_utils.process_allgather(np.int32(self.requested))
+        return bool(np.max(flags_))
+
     def _handle(self, signum, frame):
         del signum, frame
         logging.warning("SIGTERM: saving a checkpoint at the next step boundary")
@@ -168,6 +179,7 @@ def evaluate(eval_step, params, dataset, batch_sharding) -> dict:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs (or resumes) pretraining in `workdir`; returns the last logged metrics."""
     workdir = os.path.abspath(workdir)
+    preemption = _Preemption()  # first: set-up (e.g. building the corpus) can take minutes
     data_files = pretrain_config.validate(config, workdir)
     model_config = pretrain_config.model_config(config)
     t = config.train
@@ -219,7 +231,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     step = int(_host(state["step"]))
 
     writer = MetricsWriter(workdir, resume_step=step, enabled=jax.process_index() == 0)
-    preemption = _Preemption()
     flops_per_seq = train_flops_per_sequence(model_config, config.data.max_seq_length,
                                              config.data.max_predictions_per_seq)
     peak = _peak_flops_per_device()
@@ -238,7 +249,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         state, metrics = train_step(state, batch)
         step += 1
         history.append(metrics)
-        if step == first_step + 1 and step % t.log_every:
+        if step == first_step + 1 and step % t.log_every and step != t.num_steps:
             # Leave compilation out of the first interval's throughput.
             jax.block_until_ready(metrics)
             interval_start, interval_step = time.perf_counter(), step
@@ -275,7 +286,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 _report(f"eval at step {step}: " + _format(result))
         if step != t.num_steps:
             save(step)
-        if preemption.requested:
+        if preemption.agreed():
             save(step, force=True)
             checkpointer.wait_until_finished()
             _report(f"preempted: checkpoint at step {step} saved; exiting")
@@ -283,7 +294,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             return last
 
     save(step, force=True)  # a no-op when this step is already saved
-    eval_ds = make_eval_ds()
+    ran = step > first_step  # False when restarted after the run had finished
+    eval_ds = make_eval_ds() if ran else None
     if eval_ds is not None:
         result = evaluate(eval_step, state["params"], eval_ds, batch_sharding)
         writer.write(step, result)
@@ -292,7 +304,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     checkpointer.wait_until_finished()
     checkpointer.close()
     writer.close()
-    if t.export_params:
+    if t.export_params and (ran or not os.path.isdir(os.path.join(workdir, "export"))):
         export_params(state["params"], model_config, os.path.join(workdir, "export"),
                       vocab_file=data_files.get("vocab_file"))
     return last

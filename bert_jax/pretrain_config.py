@@ -63,6 +63,30 @@ def _read_vocab(path: str) -> list[str]:
         return [line.rstrip("\n").strip() for line in f]
 
 
+# Fields that must agree between config.model and a checkpoint we start from:
+# the shapes, and the numerics the weights were trained with.
+_ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                        "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                        "hidden_act", "layer_norm_eps")
+
+
+def _check_init_checkpoint_model(path: str, init_mode: str, ours: BertConfig) -> None:
+    if init_mode == "full":  # a pretraining workdir: its config.json has the model section
+        with open(os.path.join(path, "config.json")) as f:
+            theirs = BertConfig.from_dict(json.load(f)["model"], source=f"{path}/config.json")
+    else:
+        from bert_jax.convert import detect_format, read_config
+
+        try:
+            theirs = read_config(path, detect_format(path))
+        except (ValueError, FileNotFoundError) as e:
+            _fail("train.init_checkpoint", str(e))
+    for field in _ARCHITECTURE_FIELDS:
+        if getattr(theirs, field) != getattr(ours, field):
+            _fail(f"model.{field}", f"is {getattr(ours, field)!r} but train.init_checkpoint "
+                  f"{path} was trained with {getattr(theirs, field)!r}")
+
+
 def validate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Checks `config`; returns the data to train on.
 
@@ -107,6 +131,8 @@ def validate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             and not os.path.isdir(os.path.join(t.init_checkpoint, "checkpoints"))):
         _fail("train.init_checkpoint", f"init_mode 'full' takes a pretraining workdir, and "
               f"{t.init_checkpoint} has no checkpoints/")
+    if t.init_checkpoint:
+        _check_init_checkpoint_model(t.init_checkpoint, t.init_mode, model_config(config))
     if config.get("require_init_checkpoint") and not t.init_checkpoint:
         _fail("train.init_checkpoint", "this preset continues from a phase-1 checkpoint; set it")
 

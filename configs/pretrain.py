@@ -32,7 +32,11 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.preset = arg
 
     # The architecture: the fields of bert_jax.model_config.BertConfig.
-    config.model = model_config.get_config("base")
+    size = {"tiny": "tiny", "nvidia_lamb": "large"}.get(arg, arg.split("_")[0])
+    config.model = model_config.get_config(size)
+    # google-research/bert's "gelu" is the tanh approximation; BertConfig's
+    # default "gelu" is the exact erf form (Hugging Face's name).
+    config.model.hidden_act = "gelu_tanh"
 
     config.data = ml_collections.ConfigDict()
     # Comma lists and/or globs of TFRecords in google-research/bert's format.
@@ -89,7 +93,6 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.mesh.rules = [list(rule) for rule in DEFAULT_RULES]
 
     if arg == "tiny":
-        config.model = model_config.get_config("tiny")
         config.model.vocab_size = 8000  # the default corpus's own WordPiece vocab
         config.data.default_corpus = True
         config.data.eval_batches = 20
@@ -102,15 +105,12 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         config.train.log_every = 50
         config.train.eval_every = 400
         config.train.checkpoint_every = 200
-    elif arg.startswith(("base_", "large_")):
-        config.model = model_config.get_config(arg.split("_")[0])
-        if arg.endswith("phase2"):
-            config.data.max_seq_length = 512
-            config.data.max_predictions_per_seq = 80
-            config.train.num_steps = 100_000
-            config.require_init_checkpoint = True  # set train.init_checkpoint
+    elif arg.endswith("phase2"):
+        config.data.max_seq_length = 512
+        config.data.max_predictions_per_seq = 80
+        config.train.num_steps = 100_000
+        config.require_init_checkpoint = True  # set train.init_checkpoint
     elif arg == "nvidia_lamb":
-        config.model = model_config.get_config("large")
         config.train.optimizer = "lamb"
         config.train.batch_size = 65_536
         config.train.grad_accum_steps = 256

@@ -13,7 +13,7 @@
 # Every other argument goes to `python -m bert_jax.pretrain`. Process 0's output
 # is shown; the others' goes to WORKDIR-independent logs in $LOG_DIR (default
 # /tmp/bert_jax_local_<pid>). SIGTERM/SIGINT are passed on to every process
-# (each saves a checkpoint and exits 0).
+# (the job agrees on a step, saves a checkpoint there and exits 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
