@@ -61,11 +61,12 @@ def original_input_ids(features: dict) -> tf.Tensor:
 
 def _word_index(candidate: tf.Tensor, is_continuation: tf.Tensor, seq_len: int) -> tf.Tensor:
     """[B, S] index of the word each candidate token belongs to; `seq_len` elsewhere."""
-    starts = candidate & ~is_continuation
-    # G-BERT: a "##" piece joins the last word seen (even across a [SEP]); one
-    # with no word before it opens its own word.
-    seen_start = tf.cumsum(tf.cast(starts, tf.int32), axis=1, exclusive=True) > 0
-    starts = candidate & (~is_continuation | ~seen_start)
+    # A "##" piece continues the word of the token before it, unless that
+    # token is not a candidate ([CLS], [SEP]): a word never spans [SEP]. As in
+    # static masking (pretraining_instances.py); G-BERT would join a "##"
+    # piece that follows [SEP] to the word before the [SEP].
+    previous_is_candidate = tf.pad(candidate[:, :-1], [[0, 0], [1, 0]], constant_values=False)
+    starts = candidate & (~is_continuation | ~previous_is_candidate)
     word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
     return tf.where(candidate, word, seq_len)
 

@@ -143,9 +143,20 @@ def validate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     elif d.default_corpus:
         from bert_jax.default_corpus import ensure_default_pretraining_data
 
-        built = ensure_default_pretraining_data(
-            d.cache_dir or os.path.join(workdir, "data"), max_seq_length=d.max_seq_length,
-            max_predictions_per_seq=d.max_predictions_per_seq, vocab_size=m.vocab_size)
+        def build():
+            return ensure_default_pretraining_data(
+                d.cache_dir or os.path.join(workdir, "data"), max_seq_length=d.max_seq_length,
+                max_predictions_per_seq=d.max_predictions_per_seq, vocab_size=m.vocab_size)
+
+        # One process builds (into the shared workdir); the others then find it.
+        if jax.process_index() == 0:
+            built = build()
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("bert_jax default corpus built")
+        if jax.process_index() != 0:
+            built = build()
         train_files, eval_files = list(built["train_files"]), list(built["eval_files"])
         vocab_file = built["vocab_file"]
     else:

@@ -292,3 +292,13 @@ def test_reads_google_bert_file(shared_data):
         # Our re-masking predicts exactly as many tokens as create_pretraining_data.py did.
         np.testing.assert_array_equal(d["masked_lm_weights"].sum(1), s["masked_lm_weights"].sum(1))
         np.testing.assert_array_equal(d["segment_ids"], s["segment_ids"])
+
+
+def test_whole_word_never_spans_sep():
+    from bert_jax.dynamic_masking import _word_index
+
+    # [CLS] a ##b [SEP] ##c d [SEP] [PAD]: "##c" after [SEP] opens its own word.
+    candidate = tf.constant([[False, True, True, False, True, True, False, False]])
+    continuation = tf.constant([[False, False, True, False, True, False, False, False]])
+    words = _word_index(candidate, continuation, 8).numpy()[0]
+    assert list(words) == [8, 0, 0, 8, 1, 2, 8, 8]
