@@ -22,7 +22,6 @@ Each file is written under a temporary name and renamed into place, so a
 crash never leaves a half-written vocabulary; an existing output is an error
 unless --overwrite.
 """
-import glob
 import os
 import pathlib
 import tempfile
@@ -32,23 +31,9 @@ import sentencepiece as spm
 from absl import app, flags, logging
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from bert_jax.file_patterns import expand_file_patterns
 from bert_jax.tokenization import SPECIAL_TOKENS, BasicTokenizer
 from bert_jax.tokenization.wordpiece import MAX_INPUT_CHARS_PER_WORD
-
-
-def expand_input_files(spec: str | Sequence[str]) -> list[str]:
-    """Expands comma-separated paths or globs (or a list of them) into files, in order.
-
-    Raises FileNotFoundError for a path or glob that matches no file.
-    """
-    patterns = spec.split(",") if isinstance(spec, str) else list(spec)
-    files = []
-    for pattern in (str(p).strip() for p in patterns):
-        matches = sorted(glob.glob(pattern))
-        if not matches:
-            raise FileNotFoundError(f"--input_file: {pattern!r} matches no file")
-        files.extend(matches)
-    return files
 
 
 def _read_lines(files: Sequence[str], lower: bool) -> Iterator[str]:
@@ -82,7 +67,7 @@ def train_wordpiece_vocab(
     """
     output = pathlib.Path(output)
     _check_new(output, overwrite)
-    files = expand_input_files(files)
+    files = expand_file_patterns(files)
     basic = BasicTokenizer(do_lower_case)
     # Lower-casing is BasicTokenizer's job here: it lower-cases before it
     # strips accents, and per word.
@@ -130,7 +115,7 @@ def train_sentencepiece(
     targets = [prefix.with_name(prefix.name + ext) for ext in (".model", ".vocab")]
     for target in targets:
         _check_new(target, overwrite)
-    files = expand_input_files(files)
+    files = expand_file_patterns(files)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=prefix.parent, prefix=f".{prefix.name}.tmp") as temp:
         spm.SentencePieceTrainer.train(

@@ -49,7 +49,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 
 import tqdm
-from absl import app, flags, logging
+from absl import app, flags
 
 from bert_jax import atomic_output, pretraining_shard, text_sources
 from bert_jax.pretraining_shard import InstanceOptions

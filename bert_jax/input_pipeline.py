@@ -38,31 +38,13 @@ import orbax.checkpoint as ocp
 import tensorflow as tf
 
 from bert_jax import features
+from bert_jax.file_patterns import expand_file_patterns
 from bert_jax.dynamic_masking import SpecialIds, mask_batch, original_input_ids
 
 # tf.data runs on the host; keep TensorFlow off any accelerator JAX uses.
 tf.config.set_visible_devices([], "GPU")
 
 _TF_DTYPES = {"int64": tf.int64, "float32": tf.float32}
-
-
-def expand_file_patterns(file_patterns: str | Sequence[str]) -> list[str]:
-    """Comma-separated lists and/or globs -> files (each glob sorted, order kept).
-
-    Raises FileNotFoundError naming the first pattern that matches nothing.
-    """
-    if isinstance(file_patterns, str):
-        file_patterns = [file_patterns]
-    patterns = [p.strip() for group in file_patterns for p in group.split(",") if p.strip()]
-    if not patterns:
-        raise FileNotFoundError(f"no input file pattern given: {file_patterns!r}")
-    files = []
-    for pattern in patterns:
-        matches = sorted(tf.io.gfile.glob(pattern))
-        if not matches:
-            raise FileNotFoundError(f"input file pattern {pattern!r} matches no file")
-        files.extend(matches)
-    return files
 
 
 def _is_masked_file(files: list[str]) -> bool:

@@ -27,7 +27,7 @@ def _fail(field: str, message: str):
 
 
 def _expand(field: str, patterns: str) -> list[str]:
-    from bert_jax.input_pipeline import expand_file_patterns
+    from bert_jax.file_patterns import expand_file_patterns
 
     try:
         return expand_file_patterns(patterns)

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 
 from absl import logging
 
-from bert_jax.build_vocab import expand_input_files
+from bert_jax.file_patterns import expand_file_patterns
 from bert_jax.sentence_split import split_sentences
 
 _EXAMPLES_KEPT = 10  # invalid-UTF-8 locations named in the report
@@ -53,7 +53,7 @@ def resolve_input_files(spec: str | Sequence[str]) -> list[str]:
     Raises FileNotFoundError or PermissionError naming the first bad path,
     so a typo fails before any work is done.
     """
-    files = expand_input_files(spec)
+    files = expand_file_patterns(spec)
     for path in files:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"input {path!r} is not a file")

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from bert_jax import build_vocab
+from bert_jax.file_patterns import expand_file_patterns
 from bert_jax.tokenization import FullTokenizer, SentencePieceTokenizer, load_vocab
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -101,9 +102,9 @@ def test_sentencepiece_model(corpus, tmp_path, model_type):
 def test_input_files_expand_globs_and_lists(corpus, tmp_path):
     other = tmp_path / "b.txt"
     other.write_text("x\n", encoding="utf-8")
-    assert build_vocab.expand_input_files(f"{corpus},{tmp_path}/*.txt") == [str(corpus), str(other)]
+    assert expand_file_patterns(f"{corpus},{tmp_path}/*.txt") == [str(corpus), str(other)]
     with pytest.raises(FileNotFoundError, match="nothing-here"):
-        build_vocab.expand_input_files(f"{corpus},{tmp_path}/nothing-here*")
+        expand_file_patterns(f"{corpus},{tmp_path}/nothing-here*")
 
 
 def test_command_line(corpus, tmp_path):
