@@ -15,7 +15,8 @@ import os
 import numpy as np
 
 from bert_jax.model_config import BertConfig
-from bert_jax.weight_names import ENCODER_PREFIX, export_tensor, import_tensor, weight_names
+from bert_jax.weight_names import (ENCODER_PREFIX, export_tensor, import_tensor,
+                                   missing_report, weight_names)
 
 # transformers' activation names -> ours. "gelu" there is the exact erf form.
 _HF_TO_OURS_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -130,15 +131,8 @@ def load(folder: str) -> tuple[BertConfig, dict[str, np.ndarray], list[str]]:
     if missing_encoder:
         raise KeyError(f"{folder}: missing tensor(s) {missing_encoder[:8]} "
                        f"({len(missing_encoder)} in all)")
-    report = _missing_report(missing)
+    report = missing_report(missing)
     return config, flat, report
-
-
-def _missing_report(missing) -> list[str]:
-    groups = {"bert/pooler/": "pooler", "mlm_head/": "masked-LM head (cls.predictions)",
-              "nsp_head/": "next-sentence head (cls.seq_relationship)"}
-    return [f"not in checkpoint: {label}" for prefix, label in groups.items()
-            if any(n.ours.startswith(prefix) for n in missing)]
 
 
 def hf_config_dict(config: BertConfig, architecture: str) -> dict:

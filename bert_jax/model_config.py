@@ -46,10 +46,10 @@ class BertConfig:
                 raise ValueError(f"model.{field}={getattr(self, field)!r} is not one of {DTYPES}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
-                    f"model.hidden_size={self.hidden_size} is not a multiple of "
-                    f"model.num_attention_heads={self.num_attention_heads}")
+                f"model.hidden_size={self.hidden_size} is not a multiple of "
+                f"model.num_attention_heads={self.num_attention_heads}")
         for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                                    "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"model.{field} must be positive, got {getattr(self, field)}")
 
@@ -92,18 +92,18 @@ class BertConfig:
 def _preset(layers: int, hidden: int, heads: int) -> BertConfig:
     # Feed-forward width is 4x hidden in every published BERT size.
     return BertConfig(num_hidden_layers=layers, hidden_size=hidden,
-                                        num_attention_heads=heads, intermediate_size=4 * hidden)
+                      num_attention_heads=heads, intermediate_size=4 * hidden)
 
 
 # The sizes of google-research/bert's README (tiny..medium are its
 # "Well-Read Students" compact models), plus base and large.
 PRESETS = {
-        "tiny": _preset(2, 128, 2),
-        "mini": _preset(4, 256, 4),
-        "small": _preset(4, 512, 8),
-        "medium": _preset(8, 512, 8),
-        "base": _preset(12, 768, 12),
-        "large": _preset(24, 1024, 16),
+    "tiny": _preset(2, 128, 2),
+    "mini": _preset(4, 256, 4),
+    "small": _preset(4, 512, 8),
+    "medium": _preset(8, 512, 8),
+    "base": _preset(12, 768, 12),
+    "large": _preset(24, 1024, 16),
 }
 
 

@@ -23,7 +23,6 @@ import numpy as np
 from bert_jax.model_config import BertConfig
 
 ENCODER_PREFIX = "bert/"
-PRETRAINING_HEADS = ("mlm_head/", "nsp_head/")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,10 +90,12 @@ def weight_names(config: BertConfig) -> list[WeightName]:
     return names
 
 
-def is_head(name: WeightName) -> bool:
-    """True for the MLM/NSP head parameters (absent from a bare encoder)."""
-    return name.ours.startswith(PRETRAINING_HEADS)
-
+def missing_report(missing: list[WeightName]) -> list[str]:
+    """One line per part a checkpoint lacks (pooler, MLM head, NSP head)."""
+    groups = {"bert/pooler/": "pooler", "mlm_head/": "masked-LM head (cls.predictions)",
+              "nsp_head/": "next-sentence head (cls.seq_relationship)"}
+    return [f"not in checkpoint: {label}" for prefix, label in groups.items()
+            if any(n.ours.startswith(prefix) for n in missing)]
 
 
 def _needs_transpose(name: WeightName, framework: str) -> bool:
