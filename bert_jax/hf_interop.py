@@ -15,8 +15,7 @@ import os
 import numpy as np
 
 from bert_jax.model_config import BertConfig
-from bert_jax.weight_names import (ENCODER_PREFIX, export_tensor, import_tensor,
-                                   missing_report, weight_names)
+from bert_jax.weight_names import ENCODER_PREFIX, export_tensor, import_tensors, weight_names
 
 # transformers' activation names -> ours. "gelu" there is the exact erf form.
 _HF_TO_OURS_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -120,18 +119,7 @@ def load(folder: str) -> tuple[BertConfig, dict[str, np.ndarray], list[str]]:
     if unknown:
         raise ValueError(f"{folder}: unknown tensor(s) {unknown[:8]} ({len(unknown)} in all); "
                          "not a BERT checkpoint we can read")
-    flat, missing = {}, []
-    for name in names:
-        if name.hf not in state:
-            missing.append(name)
-            continue
-        flat[name.ours] = import_tensor(name, state[name.hf], "hf", folder)
-    missing_encoder = [n.hf for n in missing if n.ours.startswith(ENCODER_PREFIX)
-                       and not n.ours.startswith("bert/pooler/")]
-    if missing_encoder:
-        raise KeyError(f"{folder}: missing tensor(s) {missing_encoder[:8]} "
-                       f"({len(missing_encoder)} in all)")
-    report = missing_report(missing)
+    flat, report = import_tensors(config, set(state), state.__getitem__, "hf", folder)
     return config, flat, report
 
 

@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from bert_jax.model_config import BertConfig
-from bert_jax.weight_names import ENCODER_PREFIX, import_tensor, missing_report, weight_names
+from bert_jax.weight_names import import_tensors, weight_names
 
 _ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu", "tanh": "tanh"}
 _CONFIG_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -75,16 +75,5 @@ def load(path: str, config_file: str | None = None
     unknown = sorted(variables - {n.tf for n in names})
     if unknown:
         raise ValueError(f"{prefix}: unknown tensor(s) {unknown[:8]} ({len(unknown)} in all)")
-    flat, missing = {}, []
-    for name in names:
-        if name.tf not in variables:
-            missing.append(name)
-            continue
-        flat[name.ours] = import_tensor(name, reader.get_tensor(name.tf), "tf", prefix)
-    missing_encoder = [n.tf for n in missing if n.ours.startswith(ENCODER_PREFIX)
-                       and not n.ours.startswith("bert/pooler/")]
-    if missing_encoder:
-        raise KeyError(f"{prefix}: missing tensor(s) {missing_encoder[:8]} "
-                       f"({len(missing_encoder)} in all)")
-    report = missing_report(missing)
+    flat, report = import_tensors(config, variables, reader.get_tensor, "tf", prefix)
     return config, flat, report

@@ -90,6 +90,29 @@ def weight_names(config: BertConfig) -> list[WeightName]:
     return names
 
 
+def import_tensors(config: BertConfig, keys: set[str], get, framework: str,
+                   source: str) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Reads every parameter a checkpoint has, in our layout.
+
+    keys: the checkpoint's tensor names; get(key) -> array; framework "hf" or
+    "tf". Returns (flat params, report of the absent parts). Raises KeyError
+    naming the encoder tensors that are missing (a pooler or head may be).
+    """
+    flat, missing = {}, []
+    for name in weight_names(config):
+        key = name.hf if framework == "hf" else name.tf
+        if key not in keys:
+            missing.append(name)
+            continue
+        flat[name.ours] = import_tensor(name, get(key), framework, source)
+    missing_encoder = [n.hf if framework == "hf" else n.tf for n in missing
+                       if n.ours.startswith(ENCODER_PREFIX) and not n.ours.startswith("bert/pooler/")]
+    if missing_encoder:
+        raise KeyError(f"{source}: missing tensor(s) {missing_encoder[:8]} "
+                       f"({len(missing_encoder)} in all)")
+    return flat, missing_report(missing)
+
+
 def missing_report(missing: list[WeightName]) -> list[str]:
     """One line per part a checkpoint lacks (pooler, MLM head, NSP head)."""
     groups = {"bert/pooler/": "pooler", "mlm_head/": "masked-LM head (cls.predictions)",
