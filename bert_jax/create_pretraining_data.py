@@ -16,23 +16,26 @@ Input: text files, one sentence per line, blank lines between documents
 features (features.py); --unmasked writes only input_ids, input_mask,
 segment_ids and next_sentence_labels, for dynamic masking at training time.
 
-The instance building and masking follow G-BERT (pretraining_instances.py
-has the details), with these deliberate differences:
+The instance building and masking are G-BERT's, on G-BERT's random stream
+(pretraining_instances.py): a corpus of up to --megabytes_per_shard of text
+(default 4) is one shard, and its output file is byte-identical to G-BERT's
+for the same flags and seed. The deliberate differences:
+  * Larger corpora are processed in shards of whole documents (about
+    --megabytes_per_shard of text each), streamed from the inputs, so memory
+    stays bounded whatever the corpus size. Each shard is G-BERT's algorithm
+    on its own documents: G-BERT shuffles all documents and all instances of
+    the corpus and takes random next segments from any document; here that
+    happens within a shard. Shard 0 uses random_seed itself, shard i a seed
+    derived from (random_seed, i). Shards run in parallel over --num_workers
+    processes.
   * --do_whole_word_mask draws the 80% [MASK] / 10% random / 10% kept choice
     once per word, for all its pieces; G-BERT draws it per piece (its issue
-    #910), which can leave a word half masked.
-  * The corpus is processed in shards of whole documents (about
-    --megabytes_per_shard of text each), streamed from the inputs, so memory
-    stays bounded whatever the corpus size. G-BERT shuffles all documents
-    and all instances of the corpus and takes random next segments from any
-    document; here that happens within a shard. Shards run in parallel over
-    --num_workers processes.
+    #910), which can leave a word half masked. A word never spans [SEP].
   * Each input file starts a new document.
   * Non-UTF-8 bytes become U+FFFD (dropped by the tokenizer) and are
     reported with file and line; G-BERT drops them silently.
 Output is deterministic for a given seed and shard layout (inputs and
---megabytes_per_shard): each shard is seeded from (random_seed, shard index),
-so --num_workers does not change a byte.
+--megabytes_per_shard); --num_workers does not change a byte.
 
 Outputs are written under temporary names and renamed on success; an
 existing output is an error unless --overwrite. The run ends with a summary
@@ -52,8 +55,12 @@ import tqdm
 from absl import app, flags
 
 from bert_jax import atomic_output, pretraining_shard, text_sources
-from bert_jax.pretraining_shard import InstanceOptions
+from bert_jax.pretraining_instances import InstanceOptions
 from bert_jax.tokenization import load_tokenizer
+
+# Text per shard. A corpus up to this size is one shard and comes out
+# identical to G-BERT's; larger ones split into shards that run in parallel.
+DEFAULT_MEGABYTES_PER_SHARD = 4.0
 
 
 def _shards(documents: Iterable[list[str]], max_chars: int) -> Iterator[tuple[int, list[list[str]]]]:
@@ -129,7 +136,7 @@ def write_pretraining_data(
     tokenizer,
     options: InstanceOptions,
     num_workers: int = 1,
-    megabytes_per_shard: float = 2.0,
+    megabytes_per_shard: float = DEFAULT_MEGABYTES_PER_SHARD,
     overwrite: bool = False,
     progress: bool = False,
 ) -> dict:
@@ -173,7 +180,7 @@ def create_pretraining_data(
     output_files: str | Sequence[str],
     tokenizer,
     num_workers: int = 1,
-    megabytes_per_shard: float = 2.0,
+    megabytes_per_shard: float = DEFAULT_MEGABYTES_PER_SHARD,
     overwrite: bool = False,
     progress: bool = False,
     **options,
@@ -206,7 +213,7 @@ def create_pretraining_data_from_tfds(
     text_key: str = "text",
     data_dir: str | None = None,
     num_workers: int = 1,
-    megabytes_per_shard: float = 2.0,
+    megabytes_per_shard: float = DEFAULT_MEGABYTES_PER_SHARD,
     overwrite: bool = False,
     progress: bool = False,
     **options,
@@ -274,7 +281,7 @@ def _define_flags() -> None:
     flags.DEFINE_integer("num_workers", 1, "Worker processes.")
     flags.DEFINE_integer("num_output_shards", None,
                          "Split the output over N files named from --output_file: NAME-0000i-of-0000N.EXT.")
-    flags.DEFINE_float("megabytes_per_shard", 2.0,
+    flags.DEFINE_float("megabytes_per_shard", DEFAULT_MEGABYTES_PER_SHARD,
                        "Text per processing shard: bounds memory, and random next sentences come from the "
                        "documents of the same shard. Part of the seed: changing it changes the output.")
     flags.DEFINE_bool("overwrite", False, "Replace existing output files.")

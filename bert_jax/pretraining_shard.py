@@ -1,16 +1,17 @@
 """One shard of create_pretraining_data: documents in, TFRecord bytes out.
 
-A shard is a bounded group of whole documents. Everything random about it
-derives from (random_seed, shard index), so its output depends only on the
-shard layout, never on which worker process runs it or when:
-  * the document order (G-BERT shuffles its documents once),
-  * pair building, one stream per dupe (G-BERT rebuilds pairs per dupe),
-  * the instance shuffle over all dupes, truncation and masking.
+A shard is a bounded group of whole documents, processed exactly as
+google-research/bert (G-BERT) processes a whole corpus, on G-BERT's random
+stream (pretraining_instances.py): shard 0 is seeded with random_seed itself,
+so a corpus that fits in one shard gives G-BERT's instances, one for one;
+shard i > 0 with a seed derived from (random_seed, i). The output depends
+only on the shard layout, never on which worker process runs a shard or when.
 Random next segments come from the shard's own documents.
 
 The shard's instances are dealt round-robin over the output files, starting
-at file `shard index % num_outputs`, so every output file gets a share of
-every shard and the files stay within one instance of each other per shard.
+at file `shard index % num_outputs` (G-BERT's dealing, for shard 0), so
+every output file gets a share of every shard and the files stay within one
+instance of each other per shard.
 """
 from __future__ import annotations
 
@@ -22,40 +23,16 @@ import random
 import numpy as np
 
 from bert_jax import features, pretraining_instances, tfrecord_writer
+from bert_jax.pretraining_instances import InstanceOptions
 
-_BATCH = 4096  # instances assembled, masked and encoded together
+_BATCH = 4096  # instances assembled and encoded together
 
-# Stream ids of the shard's random generators.
-_DOCUMENT_ORDER, _PAIRS, _INSTANCES = range(3)
-
-
-@dataclasses.dataclass(frozen=True)
-class InstanceOptions:
-    """How instances are built and masked (create_pretraining_data's flags)."""
-
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 10
-    random_seed: int = 12345
-    do_whole_word_mask: bool = False
-    unmasked: bool = False  # write only the features dynamic masking needs
-
-    def validate(self) -> None:
-        """Raises ValueError naming the first option out of range."""
-        if self.max_seq_length < 5:
-            raise ValueError(f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP]), got {self.max_seq_length}")
-        if self.max_predictions_per_seq < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}")
-        if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise ValueError(f"masked_lm_prob must be in (0, 1], got {self.masked_lm_prob}")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
-        if self.dupe_factor < 1:
-            raise ValueError(f"dupe_factor must be >= 1, got {self.dupe_factor}")
-        if self.random_seed < 0:
-            raise ValueError(f"random_seed must be >= 0, got {self.random_seed}")
+# The order in which the records of G-BERT's files hold their features (its
+# protobuf's map order; a map's order carries no meaning, so any reader
+# parses any order). Writing the same order makes a one-shard run's file
+# byte-identical to G-BERT's.
+_GBERT_RECORD_ORDER = ("masked_lm_ids", "input_mask", "segment_ids", "input_ids", "masked_lm_positions",
+                       "masked_lm_weights", "next_sentence_labels")
 
 
 @dataclasses.dataclass
@@ -67,12 +44,12 @@ class ShardResult:
     stats: collections.Counter
 
 
-def _seed(options: InstanceOptions, shard_index: int, stream: int, dupe: int = 0) -> np.random.SeedSequence:
-    return np.random.SeedSequence([options.random_seed, shard_index, stream, dupe])
-
-
-def _python_rng(seed: np.random.SeedSequence) -> random.Random:
-    return random.Random(int.from_bytes(seed.generate_state(4).tobytes(), "little"))
+def shard_rng(random_seed: int, shard_index: int) -> random.Random:
+    """G-BERT's generator for a shard: random.Random(random_seed) for shard 0."""
+    if shard_index == 0:
+        return random.Random(random_seed)
+    state = np.random.SeedSequence([random_seed, shard_index]).generate_state(4)
+    return random.Random(int.from_bytes(state.tobytes(), "little"))
 
 
 def _tokenize(tokenizer, documents: list[list[str]], stats: collections.Counter):
@@ -105,21 +82,18 @@ def _tokenize(tokenizer, documents: list[list[str]], stats: collections.Counter)
     return ids, offsets, bounds
 
 
-def _instance_features(ids, spans, tokenizer, options: InstanceOptions, rng, continuation) -> dict:
-    """Assembles (and masks) a batch of pairs into features.py's features."""
-    pairs = pretraining_instances.assemble_pairs(
-        ids, spans, options.max_seq_length, tokenizer.cls_id, tokenizer.sep_id, rng)
-    input_mask = (np.arange(options.max_seq_length) < pairs.lengths[:, None]).astype(np.int32)
-    labels = np.where(spans.is_random_next, features.IS_RANDOM_NEXT, features.IS_NEXT)[:, None]
+def _instance_features(ids, instances, tokenizer, options: InstanceOptions) -> dict:
+    """Assembles a batch of instances into features.py's features."""
+    seq = pretraining_instances.assemble(ids, instances, options.max_seq_length, tokenizer.cls_id, tokenizer.sep_id)
+    input_mask = (np.arange(options.max_seq_length) < seq.lengths[:, None]).astype(np.int32)
+    labels = np.where(instances.is_random_next, features.IS_RANDOM_NEXT, features.IS_NEXT)[:, None]
     if options.unmasked:
-        values = (pairs.input_ids, input_mask, pairs.segment_ids, labels)
+        values = (seq.input_ids, input_mask, seq.segment_ids, labels)
         return dict(zip(features.UNMASKED_FEATURES, values))
-    masked = pretraining_instances.mask_pairs(
-        pairs, options.max_predictions_per_seq, options.masked_lm_prob, tokenizer.vocab_size,
-        tokenizer.mask_id, rng, continuation)
-    values = (masked.input_ids, input_mask, pairs.segment_ids, masked.positions, masked.label_ids,
-              masked.weights, labels)
-    return dict(zip(features.MASKED_FEATURES, values))
+    values = dict(zip(features.MASKED_FEATURES, (
+        seq.input_ids, input_mask, seq.segment_ids, seq.masked_lm_positions, seq.masked_lm_ids,
+        seq.masked_lm_weights, labels)))
+    return {name: values[name] for name in _GBERT_RECORD_ORDER}
 
 
 def process_shard(
@@ -135,21 +109,15 @@ def process_shard(
     if not bounds:
         return ShardResult(shard_index, outputs, stats)
 
-    order = list(range(len(bounds)))
-    _python_rng(_seed(options, shard_index, _DOCUMENT_ORDER)).shuffle(order)
-    spans = pretraining_instances.PairSpans.concatenate([
-        pretraining_instances.build_pair_spans(
-            offsets, bounds, order, options.max_seq_length, options.short_seq_prob,
-            _python_rng(_seed(options, shard_index, _PAIRS, dupe)))
-        for dupe in range(options.dupe_factor)
-    ])
-    rng = np.random.default_rng(_seed(options, shard_index, _INSTANCES))
-    spans = spans.take(rng.permutation(len(spans)))  # G-BERT shuffles all instances
-    continuation = tokenizer.continuation_mask if options.do_whole_word_mask else None
+    # G-BERT draws random replacements from its vocab dict's values.
+    replacement_ids = np.fromiter(tokenizer.vocab.values(), np.int32, len(tokenizer.vocab))
+    instances = pretraining_instances.create_instances(
+        offsets, bounds, options, shard_rng(options.random_seed, shard_index), tokenizer.mask_id, replacement_ids,
+        ids, tokenizer.continuation_mask if options.do_whole_word_mask else None)
 
-    for begin in range(0, len(spans), _BATCH):
-        batch = spans.take(np.arange(begin, min(begin + _BATCH, len(spans))))
-        values = _instance_features(ids, batch, tokenizer, options, rng, continuation)
+    for begin in range(0, len(instances), _BATCH):
+        batch = instances.take(slice(begin, begin + _BATCH))
+        values = _instance_features(ids, batch, tokenizer, options)
         stats["instances"] += len(batch)
         stats["tokens"] += int(values["input_mask"].sum())
         stats["random_next"] += int(batch.is_random_next.sum())

@@ -4,7 +4,8 @@ Serializing instances one at a time through the protobuf classes and
 `tf.io.TFRecordWriter` costs more than building them, and importing
 TensorFlow alone takes seconds and hundreds of MB per process. Both wire
 formats are simple, so `encode_tfrecords` writes a whole batch of records with
-a handful of numpy operations and no per-record Python work.
+a handful of numpy operations; the only per-record work is the two CRC-32C
+checksums, one google-crc32c (C) call each.
 
 Records hold `tf.train.Example` messages whose features are fixed-length
 int64 or float32 lists (the pretraining format of google-research/bert);
@@ -23,9 +24,9 @@ from __future__ import annotations
 
 import functools
 
+import google_crc32c
 import numpy as np
 
-_CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
 _MASK_DELTA = 0xA282EAD8  # TFRecord's CRC masking constant
 _HEADER = 12  # uint64 length + uint32 crc
 _FOOTER = 4  # uint32 crc
@@ -112,78 +113,10 @@ class _Rows:
         self.col += 4 * values.shape[1]
 
 
-@functools.lru_cache(maxsize=4)
-def _crc_tables(max_distance: int) -> tuple[np.ndarray, np.ndarray]:
-    """CRC-32C tables for bytes less than `max_distance` from a record's end.
-
-    CRC is linear over GF(2): with a zero initial register, a record's CRC is
-    the XOR of one term per byte that depends only on the byte b and its
-    distance d from the record's end, `terms[b * max_distance + d]`. The
-    standard initial register 0xFFFFFFFF adds `init[length]`. A batch of
-    records then needs one gather and one XOR-reduction instead of a loop
-    over bytes. The byte-major layout keeps runs of one byte value (padding,
-    masks) on neighbouring cache lines.
-    """
-    byte_table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        byte_table = np.where(byte_table & 1, (byte_table >> 1) ^ _CRC32C_POLY, byte_table >> 1)
-    byte_table = byte_table.astype(np.uint32)
-    terms = np.empty((256, max_distance), np.uint32)
-    terms[:, 0] = byte_table
-    for d in range(1, max_distance):  # one more zero byte after each term
-        terms[:, d] = byte_table[terms[:, d - 1] & 0xFF] ^ (terms[:, d - 1] >> 8)
-    init = np.empty(max_distance + 1, np.uint32)
-    reg = 0xFFFFFFFF
-    for d in range(max_distance + 1):
-        init[d] = reg
-        reg = int(byte_table[reg & 0xFF]) ^ (reg >> 8)
-    return terms.reshape(-1), init
-
-
-def _table_size(longest: int) -> int:
-    return max(1024, 1 << int(longest).bit_length())
-
-
-def _masked(crc: np.ndarray) -> np.ndarray:
-    crc = crc.astype(np.uint64)
-    return ((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
-
-
-def _crc_of_spans(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """CRC-32C of the non-empty, ordered, disjoint spans buf[starts[i]:ends[i]].
-
-    Bytes outside the spans are allowed only in the gaps between spans and
-    after the last span; gaps must be shorter than the longest span.
-    """
-    lengths = ends - starts
-    table_size = _table_size(int(lengths.max()))
-    terms, init = _crc_tables(table_size)
-    # distance from its span's end of every byte: a sawtooth built by cumsum,
-    # restarting at each span start and at each gap.
-    step = np.full(len(buf) - starts[0], -1, np.int32)
-    step[0] = lengths[0] - 1
-    step[starts[1:] - starts[0]] = lengths[1:] - 1
-    gap_ends = np.append(starts[1:], len(buf))
-    has_gap = gap_ends > ends
-    step[ends[has_gap] - starts[0]] = (gap_ends - ends)[has_gap] - 1
-    index = np.cumsum(step, dtype=np.int32)
-    index += np.multiply(buf[starts[0] :], table_size, dtype=np.int32)
-    contributions = terms.take(index)
-    bounds = np.empty(2 * len(starts), np.int64)
-    bounds[0::2] = starts - starts[0]
-    bounds[1::2] = ends - starts[0]
-    if bounds[-1] == len(contributions):  # reduceat needs in-range indices
-        bounds = bounds[:-1]
-    raw = np.bitwise_xor.reduceat(contributions, bounds)[0::2]
-    return raw ^ init[lengths] ^ np.uint32(0xFFFFFFFF)
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli) of `data`, as used by TFRecord framing."""
-    if not data:
-        return 0
-    buf = np.frombuffer(data, np.uint8)
-    return int(_crc_of_spans(buf, np.array([0]), np.array([len(buf)]))[0])
+def _masked_crc(data: bytes) -> bytes:
+    """TFRecord's masked CRC-32C of `data`, as 4 little-endian bytes."""
+    crc = google_crc32c.value(data)
+    return ((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF).to_bytes(4, "little")
 
 
 def encode_tfrecords(features: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -258,12 +191,14 @@ def encode_tfrecords(features: dict[str, np.ndarray]) -> tuple[np.ndarray, np.nd
     starts = offsets[:-1]
     data_ends = offsets[1:] - _FOOTER
 
+    # CRCs: one C call (google-crc32c) per length and per record.
+    length_bytes = example_len.astype("<u8").tobytes()
+    data = buffer.tobytes()
+    header_crcs = b"".join(_masked_crc(length_bytes[8 * i : 8 * i + 8]) for i in range(n))
+    data_crcs = b"".join(_masked_crc(data[start + _HEADER : end]) for start, end in zip(starts.tolist(), data_ends.tolist()))
     header = np.empty((n, _HEADER), np.uint8)
-    header[:, :8] = example_len.astype("<u8").view(np.uint8).reshape(n, 8)
-    eights = np.arange(n, dtype=np.int64) * 8
-    length_crc = _crc_of_spans(np.ascontiguousarray(header[:, :8]).reshape(-1), eights, eights + 8)
-    header[:, 8:] = _masked(length_crc).astype("<u4").view(np.uint8).reshape(n, 4)
+    header[:, :8] = np.frombuffer(length_bytes, np.uint8).reshape(n, 8)
+    header[:, 8:] = np.frombuffer(header_crcs, np.uint8).reshape(n, 4)
     buffer[starts[:, None] + np.arange(_HEADER)] = header
-    data_crc = _masked(_crc_of_spans(buffer, starts + _HEADER, data_ends))
-    buffer[data_ends[:, None] + np.arange(_FOOTER)] = data_crc.astype("<u4").view(np.uint8).reshape(n, 4)
+    buffer[data_ends[:, None] + np.arange(_FOOTER)] = np.frombuffer(data_crcs, np.uint8).reshape(n, 4)
     return buffer, offsets

@@ -93,30 +93,50 @@ def _sha(path) -> str:
 
 # --- Parity with google-research/bert's output ----------------------------
 
-GBERT_SEEDS = 16
-
-
-def test_statistics_match_google_berts_file(shared_data, tmp_path):
+def test_output_is_google_berts_file_byte_for_byte(shared_data, tmp_path):
     """Same corpus, vocab and flags as G-BERT's speeches_seq128.tfrecord.
 
-    With 124 documents, the short-target draw (per document, as G-BERT) makes
-    one seed's statistics spread by ~3% in instances and ~2.5% in tokens per
-    instance, for G-BERT as for us. So we pool GBERT_SEEDS seeds (12345 and
-    on), which estimates our expected statistics to <1%, and compare that
-    with G-BERT's one file.
+    The corpus (2.9 MB) is one shard, which follows G-BERT's random stream
+    from random_seed: the file comes out identical, so every statistic
+    matches. (A re-implementation that only matched G-BERT's distribution
+    would miss by up to 5% on this corpus: the short target is drawn once per
+    document, and 124 documents make one run's counts swing.)
+    """
+    corpus = shared_data / "corpus" / "us_presidential_speeches.txt"
+    tokenizer = load_tokenizer(vocab_file=shared_data / "google_bert" / "vocab.txt", do_lower_case=True)
+    ours = tmp_path / "ours.tfrecord"
+    summary = create_pretraining_data(
+        str(corpus), str(ours), tokenizer, max_seq_length=128, max_predictions_per_seq=20,
+        masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=2, random_seed=12345)
+    theirs = shared_data / "google_bert" / "speeches_seq128.tfrecord"
+    assert summary["shards"] == 1 and summary["instances"] == 12468
+    assert _sha(ours) == _sha(theirs)
+    stats = _statistics(_read([theirs]))
+    assert summary["mean_tokens_per_instance"] == pytest.approx(stats["tokens"], abs=1e-4)
+    assert summary["mean_masked_per_instance"] == pytest.approx(stats["masked"], abs=1e-4)
+    assert summary["random_next_fraction"] == pytest.approx(stats["random_next"], abs=1e-4)
+
+
+def test_shards_past_the_first_keep_google_berts_statistics(shared_data, tmp_path):
+    """Split into shards, the speeches corpus keeps G-BERT's statistics.
+
+    Each shard runs G-BERT's algorithm on its own stream, with random next
+    segments from its own ~20 documents; pooled over 4 seeds (one run's
+    counts swing, as G-BERT's own do) the statistics stay within the
+    tolerances the issue sets against G-BERT's file.
     """
     corpus = shared_data / "corpus" / "us_presidential_speeches.txt"
     tokenizer = load_tokenizer(vocab_file=shared_data / "google_bert" / "vocab.txt", do_lower_case=True)
     outputs = []
-    for seed in range(12345, 12345 + GBERT_SEEDS):
+    for seed in range(4):
         outputs.append(tmp_path / f"ours_{seed}.tfrecord")
-        create_pretraining_data(
+        summary = create_pretraining_data(
             str(corpus), str(outputs[-1]), tokenizer, max_seq_length=128, max_predictions_per_seq=20,
-            masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=2, random_seed=seed)
+            masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=2, random_seed=seed, megabytes_per_shard=0.5)
+        assert summary["shards"] >= 5
     ours = _statistics(_read(outputs))
-    ours["instances"] /= GBERT_SEEDS
+    ours["instances"] /= len(outputs)
     theirs = _statistics(_read([shared_data / "google_bert" / "speeches_seq128.tfrecord"]))
-    assert theirs["instances"] == 12468
     assert abs(ours["instances"] / theirs["instances"] - 1) < 0.03, (ours, theirs)
     assert abs(ours["tokens"] / theirs["tokens"] - 1) < 0.02, (ours, theirs)
     assert abs(ours["masked"] / theirs["masked"] - 1) < 0.02, (ours, theirs)
