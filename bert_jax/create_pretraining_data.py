@@ -48,6 +48,7 @@ import collections
 import contextlib
 import multiprocessing
 import os
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -76,8 +77,8 @@ def _shards(documents: Iterable[list[str]], max_chars: int) -> Iterator[tuple[in
         yield index, shard
 
 
-def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, num_workers: int):
-    """Yields ShardResults in shard order, from this process or a worker pool."""
+def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, num_workers: int, spool_dir: str):
+    """Yields ShardResults in shard order, from this process or a worker pool (spooling to spool_dir)."""
     if num_workers == 1:
         for index, documents in shards:
             yield pretraining_shard.process_shard(tokenizer, options, num_outputs, index, documents)
@@ -85,7 +86,8 @@ def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, n
     # spawn: workers start clean (no inherited TensorFlow or locks) and import
     # only numpy, the tokenizer and our shard code.
     context = multiprocessing.get_context("spawn")
-    with context.Pool(num_workers, pretraining_shard.init_worker, (tokenizer, options, num_outputs)) as pool:
+    with context.Pool(num_workers, pretraining_shard.init_worker,
+                      (tokenizer, options, num_outputs, spool_dir)) as pool:
         # At most two shards per worker in flight: the reader never runs
         # ahead of the writers, so memory stays bounded.
         pending = collections.deque()
@@ -162,9 +164,11 @@ def write_pretraining_data(
     with contextlib.ExitStack() as stack:
         files = [stack.enter_context(atomic_output.atomic_file(path, overwrite, "wb")) for path in output_files]
         bar = stack.enter_context(tqdm.tqdm(unit=" instances", disable=not progress, dynamic_ncols=True))
-        for result in _run_shards(shard_iter, tokenizer, options, len(files), num_workers):
-            for f, data in zip(files, result.outputs):
-                f.write(data)
+        # Workers hand their shards over as files here, beside the outputs.
+        spool_dir = stack.enter_context(tempfile.TemporaryDirectory(
+            prefix=".create_pretraining_data-", dir=os.path.dirname(output_files[0])))
+        for result in _run_shards(shard_iter, tokenizer, options, len(files), num_workers, spool_dir):
+            result.append_to(files)
             stats.update(result.stats)
             shards += 1
             bar.update(result.stats["instances"])
