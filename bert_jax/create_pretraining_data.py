@@ -78,7 +78,13 @@ def _shards(documents: Iterable[list[str]], max_chars: int) -> Iterator[tuple[in
 
 
 def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, num_workers: int, spool_dir: str):
-    """Yields ShardResults in shard order, from this process or a worker pool (spooling to spool_dir)."""
+    """Yields ShardResults in shard order, made by this process and num_workers - 1 spawned ones.
+
+    Shards are dealt round-robin: shard i goes to this process when
+    i % num_workers == num_workers - 1, else to the pool (which spools its
+    records to spool_dir). This process starts on its first shard while the
+    workers are still starting up, and no core waits on an idle parent.
+    """
     if num_workers == 1:
         for index, documents in shards:
             yield pretraining_shard.process_shard(tokenizer, options, num_outputs, index, documents)
@@ -86,17 +92,28 @@ def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, n
     # spawn: workers start clean (no inherited TensorFlow or locks) and import
     # only numpy, the tokenizer and our shard code.
     context = multiprocessing.get_context("spawn")
-    with context.Pool(num_workers, pretraining_shard.init_worker,
+    with context.Pool(num_workers - 1, pretraining_shard.init_worker,
                       (tokenizer, options, num_outputs, spool_dir)) as pool:
-        # At most two shards per worker in flight: the reader never runs
-        # ahead of the writers, so memory stays bounded.
-        pending = collections.deque()
+        pending = collections.deque()  # in shard order: AsyncResults and finished ShardResults
         for index, documents in shards:
-            pending.append(pool.apply_async(pretraining_shard.run_in_worker, (index, documents)))
-            if len(pending) >= 2 * num_workers:
-                yield pending.popleft().get()
+            if index % num_workers == num_workers - 1:
+                pending.append(pretraining_shard.process_shard(tokenizer, options, num_outputs, index, documents))
+            else:
+                pending.append(pool.apply_async(pretraining_shard.run_in_worker, (index, documents)))
+            # At most two shards per process in flight: the reader never
+            # runs far ahead of the writers, so memory stays bounded.
+            while pending and (len(pending) >= 2 * num_workers or _finished(pending[0])):
+                yield _result(pending.popleft())
         while pending:
-            yield pending.popleft().get()
+            yield _result(pending.popleft())
+
+
+def _finished(entry) -> bool:
+    return isinstance(entry, pretraining_shard.ShardResult) or entry.ready()
+
+
+def _result(entry) -> pretraining_shard.ShardResult:
+    return entry if isinstance(entry, pretraining_shard.ShardResult) else entry.get()
 
 
 def _summary(stats: collections.Counter, report: text_sources.ReadReport, options: InstanceOptions,
@@ -195,7 +212,7 @@ def create_pretraining_data(
       input_files: comma-separated paths/globs, or a list of them.
       output_files: one path or a list; instances are dealt over them.
       tokenizer: from `bert_jax.tokenization.load_tokenizer`.
-      num_workers: worker processes (1: all in this process).
+      num_workers: processes making shards, this one included (1: no others).
       megabytes_per_shard: text per shard (memory bound, random-next pool).
       overwrite: replace existing outputs.
       progress: show a progress bar.
@@ -282,7 +299,7 @@ def _define_flags() -> None:
     flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
     flags.DEFINE_float("short_seq_prob", 0.1,
                        "Probability of creating sequences shorter than the maximum length (drawn per document).")
-    flags.DEFINE_integer("num_workers", 1, "Worker processes.")
+    flags.DEFINE_integer("num_workers", 1, "Processes making shards, this one included.")
     flags.DEFINE_integer("num_output_shards", None,
                          "Split the output over N files named from --output_file: NAME-0000i-of-0000N.EXT.")
     flags.DEFINE_float("megabytes_per_shard", DEFAULT_MEGABYTES_PER_SHARD,
