@@ -45,12 +45,14 @@ short-target fraction, skipped input), printed and returned by the API.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import multiprocessing
 import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 
 import tqdm
 from absl import app, flags
@@ -90,30 +92,41 @@ def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, n
             yield pretraining_shard.process_shard(tokenizer, options, num_outputs, index, documents)
         return
     # spawn: workers start clean (no inherited TensorFlow or locks) and import
-    # only numpy, the tokenizer and our shard code.
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(num_workers - 1, pretraining_shard.init_worker,
-                      (tokenizer, options, num_outputs, spool_dir)) as pool:
-        pending = collections.deque()  # in shard order: AsyncResults and finished ShardResults
+    # only numpy, the tokenizer and our shard code. A worker that dies (killed,
+    # out of memory, or unable to load the vocabulary) breaks the executor,
+    # which raises instead of waiting forever as multiprocessing.Pool would.
+    pool = concurrent.futures.ProcessPoolExecutor(
+        num_workers - 1, mp_context=multiprocessing.get_context("spawn"),
+        initializer=pretraining_shard.init_worker, initargs=(tokenizer, options, num_outputs, spool_dir))
+    pending = collections.deque()  # in shard order: futures and finished ShardResults
+    try:
         for index, documents in shards:
             if index % num_workers == num_workers - 1:
                 pending.append(pretraining_shard.process_shard(tokenizer, options, num_outputs, index, documents))
             else:
-                pending.append(pool.apply_async(pretraining_shard.run_in_worker, (index, documents)))
+                pending.append(pool.submit(pretraining_shard.run_in_worker, index, documents))
             # At most two shards per process in flight: the reader never
             # runs far ahead of the writers, so memory stays bounded.
             while pending and (len(pending) >= 2 * num_workers or _finished(pending[0])):
                 yield _result(pending.popleft())
         while pending:
             yield _result(pending.popleft())
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def _finished(entry) -> bool:
-    return isinstance(entry, pretraining_shard.ShardResult) or entry.ready()
+    return isinstance(entry, pretraining_shard.ShardResult) or entry.done()
 
 
 def _result(entry) -> pretraining_shard.ShardResult:
-    return entry if isinstance(entry, pretraining_shard.ShardResult) else entry.get()
+    if isinstance(entry, pretraining_shard.ShardResult):
+        return entry
+    try:
+        return entry.result()
+    except BrokenProcessPool as error:
+        raise RuntimeError(f"a create_pretraining_data worker process died ({error}); see its error above, "
+                           "or the system log if it was killed") from error
 
 
 def _summary(stats: collections.Counter, report: text_sources.ReadReport, options: InstanceOptions,
@@ -184,7 +197,9 @@ def write_pretraining_data(
         # Workers hand their shards over as files here, beside the outputs.
         spool_dir = stack.enter_context(tempfile.TemporaryDirectory(
             prefix=".create_pretraining_data-", dir=os.path.dirname(output_files[0])))
-        for result in _run_shards(shard_iter, tokenizer, options, len(files), num_workers, spool_dir):
+        results = stack.enter_context(contextlib.closing(
+            _run_shards(shard_iter, tokenizer, options, len(files), num_workers, spool_dir)))
+        for result in results:
             result.append_to(files)
             stats.update(result.stats)
             shards += 1

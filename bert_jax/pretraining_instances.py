@@ -158,7 +158,7 @@ class _MaskedLmColumns:
 
     def to_arrays(self, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """-> counts [N], positions [N, width] sorted, replacements [N, width]."""
-        counts = np.frombuffer(self.counts, np.int64) if self.counts else np.zeros(0, np.int64)
+        counts = np.frombuffer(self.counts, np.int64)
         rows = np.repeat(np.arange(len(counts)), counts)
         cols = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
         positions = np.full((len(counts), width), np.iinfo(np.int32).max, np.int32)
@@ -314,8 +314,8 @@ def create_instances(
     else:
         counts = np.zeros(len(order), np.int64)
         positions = replacement = np.zeros((len(order), width), np.int32)
-    columns = [np.frombuffer(c, np.int64) if c else np.zeros(0, np.int64) for c in spans]
-    flags = [np.frombuffer(c, np.int8).astype(bool) if c else np.zeros(0, bool) for c in (random_next, short)]
+    columns = [np.frombuffer(c, np.int64) for c in spans]
+    flags = [np.frombuffer(c, np.int8).astype(bool) for c in (random_next, short)]
     return Instances(*columns, *flags, counts, positions, replacement).take(np.asarray(order, np.int64))
 
 

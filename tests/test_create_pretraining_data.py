@@ -269,6 +269,24 @@ def test_one_sentence_documents_and_overlong_sentences(tiny, tmp_path):
     assert summary["random_next_fraction"] > 0.95  # one-sentence chunks always get a random B
 
 
+def test_a_dead_worker_fails_the_run_instead_of_hanging(tiny, tmp_path):
+    """Workers reload the vocabulary; if they cannot, the run stops with an error and leaves nothing."""
+    corpus, vocab, _ = tiny
+    script = f"""
+import os, sys
+from bert_jax.create_pretraining_data import create_pretraining_data
+from bert_jax.tokenization import load_tokenizer
+tokenizer = load_tokenizer(vocab_file={str(vocab)!r})
+os.remove({str(vocab)!r})  # the workers' copy of the tokenizer cannot load it now
+create_pretraining_data({str(corpus)!r}, {str(tmp_path / "out.tfrecord")!r}, tokenizer, num_workers=2,
+                        megabytes_per_shard=0.005, dupe_factor=1)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "worker process died" in run.stderr, run.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]  # no output, temp file or spool left
+
+
 def test_missing_input_is_named_before_any_work(tiny, tmp_path):
     corpus, _, tokenizer = tiny
     out = tmp_path / "o.tfrecord"
