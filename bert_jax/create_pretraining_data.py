@@ -98,16 +98,18 @@ def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, n
     pool = concurrent.futures.ProcessPoolExecutor(
         num_workers - 1, mp_context=multiprocessing.get_context("spawn"),
         initializer=pretraining_shard.init_worker, initargs=(tokenizer, options, num_outputs, spool_dir))
-    pending = collections.deque()  # in shard order: futures and finished ShardResults
+    pending = collections.deque()  # futures, in shard order
     try:
         for index, documents in shards:
-            if index % num_workers == num_workers - 1:
-                pending.append(pretraining_shard.process_shard(tokenizer, options, num_outputs, index, documents))
+            if index % num_workers == num_workers - 1:  # this process's share, made now
+                pending.append(concurrent.futures.Future())
+                pending[-1].set_result(
+                    pretraining_shard.process_shard(tokenizer, options, num_outputs, index, documents))
             else:
                 pending.append(pool.submit(pretraining_shard.run_in_worker, index, documents))
             # At most two shards per process in flight: the reader never
             # runs far ahead of the writers, so memory stays bounded.
-            while pending and (len(pending) >= 2 * num_workers or _finished(pending[0])):
+            while pending and (len(pending) >= 2 * num_workers or pending[0].done()):
                 yield _result(pending.popleft())
         while pending:
             yield _result(pending.popleft())
@@ -115,15 +117,9 @@ def _run_shards(shards, tokenizer, options: InstanceOptions, num_outputs: int, n
         pool.shutdown(cancel_futures=True)
 
 
-def _finished(entry) -> bool:
-    return isinstance(entry, pretraining_shard.ShardResult) or entry.done()
-
-
-def _result(entry) -> pretraining_shard.ShardResult:
-    if isinstance(entry, pretraining_shard.ShardResult):
-        return entry
+def _result(future: concurrent.futures.Future) -> pretraining_shard.ShardResult:
     try:
-        return entry.result()
+        return future.result()
     except BrokenProcessPool as error:
         raise RuntimeError(f"a create_pretraining_data worker process died ({error}); see its error above, "
                            "or the system log if it was killed") from error

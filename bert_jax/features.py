@@ -6,18 +6,21 @@ interchangeable, so the names, dtypes and shapes below are exactly those of its
 Every int feature is int64 and zero padded; `masked_lm_weights` is float32
 (1.0 for a real prediction, 0.0 for padding).
 
-Unmasked files for dynamic masking hold only the first four features
+Unmasked files for dynamic masking hold only four of them
 (`input_ids`, `input_mask`, `segment_ids`, `next_sentence_labels`).
 """
 
 # name -> (length key, dtype); length key is "seq" (max_seq_length),
-# "pred" (max_predictions_per_seq) or 1.
+# "pred" (max_predictions_per_seq) or 1. Listed in the order the records of
+# google-research/bert's files hold them (its protobuf's map order): readers
+# parse any order, and our writer, which writes this order, then makes files
+# byte-identical to google-research/bert's.
 MASKED_FEATURES = {
-    "input_ids": ("seq", "int64"),
+    "masked_lm_ids": ("pred", "int64"),
     "input_mask": ("seq", "int64"),
     "segment_ids": ("seq", "int64"),
+    "input_ids": ("seq", "int64"),
     "masked_lm_positions": ("pred", "int64"),
-    "masked_lm_ids": ("pred", "int64"),
     "masked_lm_weights": ("pred", "float32"),
     "next_sentence_labels": (1, "int64"),
 }

@@ -29,14 +29,6 @@ from bert_jax.pretraining_instances import InstanceOptions
 
 _BATCH = 4096  # instances assembled and encoded together
 
-# The order in which the records of G-BERT's files hold their features (its
-# protobuf's map order; a map's order carries no meaning, so any reader
-# parses any order). Writing the same order makes a one-shard run's file
-# byte-identical to G-BERT's.
-_GBERT_RECORD_ORDER = ("masked_lm_ids", "input_mask", "segment_ids", "input_ids", "masked_lm_positions",
-                       "masked_lm_weights", "next_sentence_labels")
-
-
 @dataclasses.dataclass
 class ShardResult:
     """A processed shard: framed TFRecords per output file, and counts.
@@ -102,17 +94,19 @@ def _tokenize(tokenizer, documents: list[list[str]], stats: collections.Counter)
 
 
 def _instance_features(ids, instances, tokenizer, options: InstanceOptions) -> dict:
-    """Assembles a batch of instances into features.py's features."""
+    """Assembles a batch of instances into features.py's features, in its order."""
     seq = pretraining_instances.assemble(ids, instances, options.max_seq_length, tokenizer.cls_id, tokenizer.sep_id)
-    input_mask = (np.arange(options.max_seq_length) < seq.lengths[:, None]).astype(np.int32)
-    labels = np.where(instances.is_random_next, features.IS_RANDOM_NEXT, features.IS_NEXT)[:, None]
-    if options.unmasked:
-        values = (seq.input_ids, input_mask, seq.segment_ids, labels)
-        return dict(zip(features.UNMASKED_FEATURES, values))
-    values = dict(zip(features.MASKED_FEATURES, (
-        seq.input_ids, input_mask, seq.segment_ids, seq.masked_lm_positions, seq.masked_lm_ids,
-        seq.masked_lm_weights, labels)))
-    return {name: values[name] for name in _GBERT_RECORD_ORDER}
+    values = {
+        "input_ids": seq.input_ids,
+        "input_mask": (np.arange(options.max_seq_length) < seq.lengths[:, None]).astype(np.int32),
+        "segment_ids": seq.segment_ids,
+        "masked_lm_positions": seq.masked_lm_positions,
+        "masked_lm_ids": seq.masked_lm_ids,
+        "masked_lm_weights": seq.masked_lm_weights,
+        "next_sentence_labels": np.where(instances.is_random_next, features.IS_RANDOM_NEXT, features.IS_NEXT)[:, None],
+    }
+    spec = features.UNMASKED_FEATURES if options.unmasked else features.MASKED_FEATURES
+    return {name: values[name] for name in spec}
 
 
 def process_shard(
