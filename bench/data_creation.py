@@ -18,6 +18,7 @@ over the process tree (main process plus workers), sampled every 20 ms with
 psutil. All runs must write identical bytes. The last line printed is one
 JSON object.
 """
+
 import argparse
 import hashlib
 import json
@@ -59,7 +60,9 @@ def run(command: list[str]) -> tuple[float, float, int, str]:
     """Runs `command`; returns (seconds, CPU seconds, peak tree RSS in bytes, stdout)."""
     cpu = _children_cpu()
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
     watched = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:
@@ -77,10 +80,16 @@ def run(command: list[str]) -> tuple[float, float, int, str]:
 
 def main() -> None:
     """Runs the benchmark and prints the JSON summary last."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", default=str(REPO.parent / "shared"), help="the ../shared folder")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--shared", default=str(REPO.parent / "shared"), help="the ../shared folder"
+    )
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts to run")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per worker count; the fastest is reported")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="runs per worker count; the fastest is reported"
+    )
     args = parser.parse_args()
     data = pathlib.Path(args.shared) / "data"
     corpus = data / "corpus" / "us_presidential_speeches.txt"
@@ -96,32 +105,59 @@ def main() -> None:
         for workers in (int(w) for w in args.workers.split(",")):
             output = os.path.join(tmp, f"out_{workers}.tfrecord")
             command = [
-                sys.executable, "-m", "bert_jax.create_pretraining_data",
-                f"--input_file={','.join(inputs)}", f"--output_file={output}", f"--vocab_file={vocab}",
-                "--do_lower_case", "--max_seq_length=128", "--max_predictions_per_seq=20",
-                "--masked_lm_prob=0.15", "--short_seq_prob=0.1", "--dupe_factor=5", "--random_seed=12345",
-                f"--num_workers={workers}", "--noprogress",
+                sys.executable,
+                "-m",
+                "bert_jax.create_pretraining_data",
+                f"--input_file={','.join(inputs)}",
+                f"--output_file={output}",
+                f"--vocab_file={vocab}",
+                "--do_lower_case",
+                "--max_seq_length=128",
+                "--max_predictions_per_seq=20",
+                "--masked_lm_prob=0.15",
+                "--short_seq_prob=0.1",
+                "--dupe_factor=5",
+                "--random_seed=12345",
+                f"--num_workers={workers}",
+                "--noprogress",
             ]
             runs = []
             for _ in range(args.repeats):
                 seconds, cpu, peak, stdout = run(command)
-                instances = int(next(line for line in stdout.splitlines() if line.startswith("instances:")).split()[1])
+                instances = int(
+                    next(
+                        line for line in stdout.splitlines() if line.startswith("instances:")
+                    ).split()[1]
+                )
                 with open(output, "rb") as f:
                     digests.add(hashlib.sha256(f.read()).hexdigest())
                 os.remove(output)
-                runs.append(dict(seconds=seconds, cpu=cpu, peak_mb=peak / 2**20, instances=instances))
-                print(f"{workers} worker(s): {seconds:.2f} s ({cpu:.2f} s CPU), {instances} instances, "
-                      f"{instances / seconds:,.0f} instances/s, peak {peak / 2**20:,.0f} MB", flush=True)
+                runs.append(
+                    dict(seconds=seconds, cpu=cpu, peak_mb=peak / 2**20, instances=instances)
+                )
+                print(
+                    f"{workers} worker(s): {seconds:.2f} s ({cpu:.2f} s CPU), "
+                    f"{instances} instances, "
+                    f"{instances / seconds:,.0f} instances/s, peak {peak / 2**20:,.0f} MB",
+                    flush=True,
+                )
             best = min(runs, key=lambda r: r["seconds"])
-            results[workers] = dict(best, median_seconds=statistics.median(r["seconds"] for r in runs))
+            results[workers] = dict(
+                best, median_seconds=statistics.median(r["seconds"] for r in runs)
+            )
 
-    summary = {"instances": next(iter(results.values()))["instances"],
-               "google_bert_seconds": GOOGLE_BERT_SECONDS, "google_bert_instances": GOOGLE_BERT_INSTANCES,
-               "google_bert_peak_mb": GOOGLE_BERT_PEAK_MB}
+    summary = {
+        "instances": next(iter(results.values()))["instances"],
+        "google_bert_seconds": GOOGLE_BERT_SECONDS,
+        "google_bert_instances": GOOGLE_BERT_INSTANCES,
+        "google_bert_peak_mb": GOOGLE_BERT_PEAK_MB,
+    }
     for workers, r in results.items():
         suffix = f"{workers}_worker" + ("s" if workers > 1 else "")
         summary[f"seconds_{suffix}"] = round(r["seconds"], 2)
-        summary[f"median_seconds_{suffix}"] = round(r["median_seconds"], 2)  # this machine's speed varies
+        summary[f"median_seconds_{suffix}"] = round(
+            r["median_seconds"], 2
+        )  # this machine's speed varies
         summary[f"cpu_seconds_{suffix}"] = round(r["cpu"], 2)
         summary[f"instances_per_s_{suffix}"] = round(r["instances"] / r["seconds"])
         summary[f"peak_rss_mb_{suffix}"] = round(r["peak_mb"])

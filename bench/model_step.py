@@ -54,9 +54,10 @@ def run_jax(size: str, batch: int, seq: int, steps: int) -> dict:
     import optax
     from flax import nnx
 
-    from bert_jax.heads import BertForPreTraining
-    from bert_jax.model_config import preset
-    from bert_jax.train_step import init_train_state, make_train_step
+    from bert_jax.model.config import preset
+    from bert_jax.model.task_models import BertForPreTraining
+    from bert_jax.pretraining.step import make_train_step
+    from bert_jax.training.state import init_train_state
 
     config = preset(size)
     model = BertForPreTraining(config, rngs=nnx.Rngs(0))
@@ -83,7 +84,7 @@ def run_torch(size: str, batch: int, seq: int, steps: int) -> dict:
     import torch
     import transformers
 
-    from bert_jax.model_config import preset
+    from bert_jax.model.config import preset
 
     config = preset(size)
     hf = transformers.BertConfig(
@@ -150,8 +151,8 @@ def main() -> None:
         child(args)
         return
 
-    from bert_jax.flops import measure_matmul_flops_per_s, train_flops_per_sequence
-    from bert_jax.model_config import preset
+    from bert_jax.model.config import preset
+    from bert_jax.training.flops import measure_matmul_flops_per_s, train_flops_per_sequence
 
     matmul_flops = measure_matmul_flops_per_s()
     print(f"fp32 matmul 2048^3: {matmul_flops / 1e9:.1f} GFLOP/s")

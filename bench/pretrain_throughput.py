@@ -30,11 +30,12 @@ SIZES = {"tiny": dict(batch=32, steps=40), "base": dict(batch=8, steps=5)}
 
 
 def full_step(size: str, data: str, batch: int, steps: int) -> dict:
-    from bert_jax import pretrain, pretrain_config
-    from bert_jax.flops import train_flops_per_sequence
-    from bert_jax.metrics_writer import read_metrics
-    from configs import pretrain as pretrain_configs
+    from bert_jax import pretrain
+    from bert_jax.pretraining import config_check
+    from bert_jax.training.flops import train_flops_per_sequence
+    from bert_jax.training.metrics_writer import read_metrics
     from configs import model as model_configs
+    from configs import pretrain as pretrain_configs
 
     config = pretrain_configs.get_config("tiny")
     config.model = model_configs.get_config(size)
@@ -47,7 +48,7 @@ def full_step(size: str, data: str, batch: int, steps: int) -> dict:
         pretrain.train_and_evaluate(config, workdir)
         row = read_metrics(workdir)[-1]
     seqs = row["sequences_per_second"]
-    model_config = pretrain_config.model_config(config)
+    model_config = config_check.model_config(config)
     return {"size": size, "batch": batch, "steps": steps, "sequences_per_s": seqs,
             "model_flops_per_s": seqs * train_flops_per_sequence(model_config, 128, 20)}
 
@@ -55,8 +56,8 @@ def full_step(size: str, data: str, batch: int, steps: int) -> dict:
 def pipeline_alone(data: str, vocab: str, dynamic: bool, batches: int = 200) -> dict:
     import tensorflow as tf
 
-    from bert_jax.dynamic_masking import SpecialIds, continuation_mask
-    from bert_jax.input_pipeline import make_pretraining_dataset
+    from bert_jax.pretraining.dynamic_masking import SpecialIds, continuation_mask
+    from bert_jax.pretraining.input_pipeline import make_pretraining_dataset
 
     with open(vocab, encoding="utf-8") as f:
         tokens = [line.rstrip("\n") for line in f]
@@ -90,7 +91,7 @@ def main() -> None:
                  "and --vocab")
     from absl import logging
 
-    from bert_jax.flops import measure_matmul_flops_per_s
+    from bert_jax.training.flops import measure_matmul_flops_per_s
 
     logging.set_verbosity(logging.WARNING)
     matmul = measure_matmul_flops_per_s()

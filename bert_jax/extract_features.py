@@ -38,9 +38,9 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from bert_jax.atomic_output import atomic_file, check_writable
-from bert_jax.convert import INPUT_FORMATS, load_model
-from bert_jax.model import BertModel
+from bert_jax.checkpoints import INPUT_FORMATS, load_model
+from bert_jax.fileio.atomic_output import atomic_file, check_writable
+from bert_jax.model.encoder import BertModel
 from bert_jax.tokenization import FullTokenizer
 
 # G-BERT's read_examples: the greedy first group splits a line with several

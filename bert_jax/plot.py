@@ -17,8 +17,8 @@ from absl import app, flags
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bert_jax.atomic_output import atomic_file
-from bert_jax.metrics_writer import METRICS_FILE, read_metrics
+from bert_jax.fileio.atomic_output import atomic_file
+from bert_jax.training.metrics_writer import METRICS_FILE, read_metrics
 
 DEFAULT_OUTPUT = "curves.png"
 # (panel title, ((metrics.jsonl key, legend label), ...)): MetricsWriter's keys,

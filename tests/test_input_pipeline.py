@@ -4,12 +4,9 @@ import orbax.checkpoint as ocp
 import pytest
 import tensorflow as tf
 
-from bert_jax import dynamic_masking, features
-from bert_jax.input_pipeline import (
-    IteratorRestore,
-    IteratorSave,
-    make_pretraining_dataset,
-)
+from bert_jax.checkpoints.iterator_state import IteratorRestore, IteratorSave
+from bert_jax.pretraining import dynamic_masking, record_spec
+from bert_jax.pretraining.input_pipeline import make_pretraining_dataset
 
 SEQ, PRED, VOCAB = 16, 4, 200
 SPECIAL = dynamic_masking.SpecialIds(cls=1, sep=2, mask=3, pad=0)
@@ -41,7 +38,7 @@ def _instance(index, rng, masked=True):
 def _write(path, instances):
     """Writes tf.train.Examples with exactly google-research/bert's feature spec."""
     masked = "masked_lm_ids" in instances[0]
-    spec = features.MASKED_FEATURES if masked else features.UNMASKED_FEATURES
+    spec = record_spec.MASKED_FEATURES if masked else record_spec.UNMASKED_FEATURES
     with tf.io.TFRecordWriter(str(path)) as writer:
         for instance in instances:
             feature = {}
@@ -295,7 +292,7 @@ def test_reads_google_bert_file(shared_data):
 
 
 def test_whole_word_never_spans_sep():
-    from bert_jax.dynamic_masking import _word_index
+    from bert_jax.pretraining.dynamic_masking import _word_index
 
     # [CLS] a ##b [SEP] ##c d [SEP] [PAD]: "##c" after [SEP] opens its own word.
     candidate = tf.constant([[False, True, True, False, True, True, False, False]])

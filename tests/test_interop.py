@@ -12,9 +12,10 @@ transformers = pytest.importorskip("transformers")
 
 import jax.numpy as jnp  # noqa: E402
 
-from bert_jax import convert, hf_interop  # noqa: E402
-from bert_jax.heads import BertForPreTraining  # noqa: E402
-from bert_jax.model import BertModel  # noqa: E402
+from bert_jax import checkpoints  # noqa: E402
+from bert_jax.checkpoints import hf_format  # noqa: E402
+from bert_jax.model.encoder import BertModel  # noqa: E402
+from bert_jax.model.task_models import BertForPreTraining  # noqa: E402
 
 SMALL_HF = dict(vocab_size=211, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
                 intermediate_size=96, max_position_embeddings=40, type_vocab_size=2)
@@ -47,7 +48,7 @@ def hf_pretraining_model(tmp_path, hidden_act="gelu", seed=0):
 
 def test_pretraining_logits_match_transformers(tmp_path):
     hf_model, folder = hf_pretraining_model(tmp_path)
-    ours = convert.load_model(str(folder), BertForPreTraining, fmt="hf")
+    ours = checkpoints.load_model(str(folder), BertForPreTraining, fmt="hf")
     assert_pretraining_logits_match(ours, hf_model, seed=0)
 
 
@@ -66,7 +67,7 @@ def assert_pretraining_logits_match(ours, hf_model, seed):
 
 def test_gathered_positions_equal_full_logits(tmp_path):
     _, folder = hf_pretraining_model(tmp_path)
-    ours = convert.load_model(str(folder), BertForPreTraining, fmt="hf")
+    ours = checkpoints.load_model(str(folder), BertForPreTraining, fmt="hf")
     ids, types, mask = random_batch(np.random.default_rng(1), SMALL_HF["vocab_size"])
     positions = np.array([[1, 4, 9], [2, 3, 10], [1, 2, 4]])
     full = ours(jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask)).mlm_logits
@@ -78,12 +79,17 @@ def test_gathered_positions_equal_full_logits(tmp_path):
 
 def test_export_to_hf_round_trips_bit_exactly(tmp_path):
     hf_model, folder = hf_pretraining_model(tmp_path)
-    config, flat, report, _ = convert.read_checkpoint(str(folder), "hf")
+    read = checkpoints.read_checkpoint(str(folder), "hf")
+    config = read.config
+    flat = read.params
+    report = read.missing
     assert report == []
-    convert.write_checkpoint(str(tmp_path / "ours"), "bert_jax", config, flat)
-    config2, flat2, _, _ = convert.read_checkpoint(str(tmp_path / "ours"), "bert_jax")
+    checkpoints.write_checkpoint(str(tmp_path / "ours"), "bert_jax", config, flat)
+    read = checkpoints.read_checkpoint(str(tmp_path / "ours"), "bert_jax")
+    config2 = read.config
+    flat2 = read.params
     assert config2 == config
-    convert.write_checkpoint(str(tmp_path / "back"), "hf", config2, flat2)
+    checkpoints.write_checkpoint(str(tmp_path / "back"), "hf", config2, flat2)
 
     reloaded, info = transformers.BertForPreTraining.from_pretrained(
         tmp_path / "back", output_loading_info=True, local_files_only=True)
@@ -95,9 +101,11 @@ def test_export_to_hf_round_trips_bit_exactly(tmp_path):
 
 def test_export_encoder_only_loads_as_bert_model(tmp_path):
     _, folder = hf_pretraining_model(tmp_path)
-    config, flat, _, _ = convert.read_checkpoint(str(folder), "hf")
+    read = checkpoints.read_checkpoint(str(folder), "hf")
+    config = read.config
+    flat = read.params
     encoder = {k: v for k, v in flat.items() if k.startswith("bert/")}
-    convert.write_checkpoint(str(tmp_path / "enc"), "hf", config, encoder)
+    checkpoints.write_checkpoint(str(tmp_path / "enc"), "hf", config, encoder)
     assert json.loads((tmp_path / "enc" / "config.json").read_text())["architectures"] == [
         "BertModel"]
     _, info = transformers.BertModel.from_pretrained(tmp_path / "enc", output_loading_info=True,
@@ -155,7 +163,7 @@ def test_google_bert_tf_checkpoint_matches(tmp_path):
     # G-BERT's "gelu" is the tanh form, transformers' "gelu_new".
     hf_model, _ = hf_pretraining_model(tmp_path, hidden_act="gelu_new")
     write_google_bert_checkpoint(hf_model, tmp_path / "tf")
-    ours = convert.load_model(str(tmp_path / "tf"), BertForPreTraining, fmt="tf_v1")
+    ours = checkpoints.load_model(str(tmp_path / "tf"), BertForPreTraining, fmt="tf_v1")
     assert ours.config.hidden_act == "gelu_tanh"
     assert_pretraining_logits_match(ours, hf_model, seed=2)
 
@@ -174,7 +182,7 @@ def test_real_weights_match_transformers_bert_model(tmp_path):
                     "--input_format", "hf", "--output", str(out_dir),
                     "--output_format", "bert_jax"], check=True)
     assert (out_dir / "vocab.txt").exists()
-    ours = convert.load_model(str(out_dir), BertModel)
+    ours = checkpoints.load_model(str(out_dir), BertModel)
     ref = transformers.BertModel.from_pretrained(folder, local_files_only=True).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
     batch = tokenizer(["The quick brown fox jumps over the lazy dog.", "Hello, world!",
@@ -197,7 +205,11 @@ def test_real_weights_match_transformers_bert_model(tmp_path):
 
 
 def test_real_checkpoint_reports_missing_heads():
-    config, flat, report, vocab = convert.read_checkpoint(minilm_folder(), "hf")
+    read = checkpoints.read_checkpoint(minilm_folder(), "hf")
+    config = read.config
+    flat = read.params
+    report = read.missing
+    vocab = read.vocab_file
     assert config.num_hidden_layers == 6 and config.hidden_size == 384
     assert any("masked-LM head" in line for line in report)
     assert any("next-sentence head" in line for line in report)
@@ -214,7 +226,7 @@ def test_missing_tensor_is_named(tmp_path):
     del tensors["bert.encoder.layer.1.intermediate.dense.weight"]
     save_file(tensors, folder / "model.safetensors")
     with pytest.raises(KeyError, match=r"bert\.encoder\.layer\.1\.intermediate\.dense\.weight"):
-        convert.read_checkpoint(str(folder), "hf")
+        checkpoints.read_checkpoint(str(folder), "hf")
 
 
 def test_unknown_tensor_is_named(tmp_path):
@@ -225,7 +237,7 @@ def test_unknown_tensor_is_named(tmp_path):
                                                                                         np.float32)
     save_file(tensors, folder / "model.safetensors")
     with pytest.raises(ValueError, match="distance_embedding"):
-        convert.read_checkpoint(str(folder), "hf")
+        checkpoints.read_checkpoint(str(folder), "hf")
 
 
 def test_shape_disagreeing_with_config_is_named(tmp_path):
@@ -234,7 +246,7 @@ def test_shape_disagreeing_with_config_is_named(tmp_path):
     cfg["intermediate_size"] = 64
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=r"intermediate\.dense\.weight has shape \(96, 48\)"):
-        convert.read_checkpoint(str(folder), "hf")
+        checkpoints.read_checkpoint(str(folder), "hf")
 
 
 def test_unsupported_config_field(tmp_path):
@@ -243,12 +255,12 @@ def test_unsupported_config_field(tmp_path):
     cfg["position_embedding_type"] = "relative_key"
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="position_embedding_type='relative_key'"):
-        hf_interop.read_config(str(folder))
+        hf_format.read_config(str(folder))
 
 
 def test_path_that_does_not_exist(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        convert.read_checkpoint(str(tmp_path / "nowhere"), "hf")
+        checkpoints.read_checkpoint(str(tmp_path / "nowhere"), "hf")
 
 
 def test_existing_output_is_kept_without_overwrite(tmp_path):
@@ -261,36 +273,42 @@ def test_existing_output_is_kept_without_overwrite(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode != 0 and "--overwrite" in result.stderr
     assert (out / "keep.txt").read_text() == "mine"
-    config, flat, _, _ = convert.read_checkpoint(str(folder), "hf")
-    convert.write_checkpoint(str(out), "bert_jax", config, flat, overwrite=True)
+    read = checkpoints.read_checkpoint(str(folder), "hf")
+    config = read.config
+    flat = read.params
+    checkpoints.write_checkpoint(str(out), "bert_jax", config, flat, overwrite=True)
     assert not (out / "keep.txt").exists() and (out / "config.json").exists()
 
 
 def test_crash_mid_write_leaves_nothing_under_final_name(tmp_path, monkeypatch):
     _, folder = hf_pretraining_model(tmp_path)
-    config, flat, _, _ = convert.read_checkpoint(str(folder), "hf")
+    read = checkpoints.read_checkpoint(str(folder), "hf")
+    config = read.config
+    flat = read.params
 
     def crash(folder, config, flat):
         (open(os.path.join(folder, "model.safetensors"), "wb")).write(b"half")
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(hf_interop, "save", crash)
+    monkeypatch.setattr(hf_format, "save", crash)
     with pytest.raises(RuntimeError):
-        convert.write_checkpoint(str(tmp_path / "out"), "hf", config, flat)
+        checkpoints.write_checkpoint(str(tmp_path / "out"), "hf", config, flat)
     assert not (tmp_path / "out").exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".out")]
 
 
 def test_pytorch_bin_and_unprefixed_keys_read_the_same(tmp_path):
     hf_model, folder = hf_pretraining_model(tmp_path)
-    _, reference, _, _ = convert.read_checkpoint(str(folder), "hf")
+    read = checkpoints.read_checkpoint(str(folder), "hf")
+    reference = read.params
     bin_folder = tmp_path / "bin"
     hf_model.bert.save_pretrained(bin_folder)  # BertModel: keys without "bert."
     # Older checkpoints are pickled PyTorch state dicts (transformers 5 writes
     # only safetensors, so make one by hand).
     torch.save(hf_model.bert.state_dict(), bin_folder / "pytorch_model.bin")
     (bin_folder / "model.safetensors").unlink()
-    config, flat, report, _ = convert.read_checkpoint(str(bin_folder), "hf")
+    read = checkpoints.read_checkpoint(str(bin_folder), "hf")
+    flat, report = read.params, read.missing
     assert any("masked-LM head" in line for line in report)
     assert set(flat) == {k for k in reference if k.startswith("bert/")}
     for key in flat:

@@ -5,12 +5,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import pretraining_loss
-from bert_jax.heads import (BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
-                            BertForSequenceClassification, BertForTokenClassification)
-from bert_jax.model import BertModel
-from bert_jax.model_config import BertConfig, preset
-from bert_jax.params import flat_params
+from bert_jax.checkpoints.flat_params import flat_params
+from bert_jax.model.config import BertConfig, preset
+from bert_jax.model.encoder import BertModel
+from bert_jax.model.task_models import (
+    BertForMultipleChoice,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from bert_jax.pretraining import loss
 
 TINY = BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=64, max_position_embeddings=24)
@@ -136,8 +141,8 @@ def test_pretraining_loss_is_google_berts():
     batch = {"masked_lm_ids": np.array([[1, 2, 0], [3, 0, 0]]),
              "masked_lm_weights": np.array([[1, 1, 0], [1, 0, 0]], np.float32),
              "next_sentence_labels": np.array([[0], [1]])}
-    sums = pretraining_loss.pretraining_sums(mlm_logits, nsp_logits, batch)
-    metrics = pretraining_loss.metrics_from_sums(sums)
+    sums = loss.pretraining_sums(mlm_logits, nsp_logits, batch)
+    metrics = loss.metrics_from_sums(sums)
 
     def log_softmax(x):
         return x - np.log(np.exp(x).sum(-1, keepdims=True))
@@ -163,10 +168,10 @@ def test_loss_sums_add_across_micro_batches():
              "masked_lm_weights": np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]],
                                            np.float32),
              "next_sentence_labels": rng.integers(0, 2, (4, 1))}
-    whole = pretraining_loss.pretraining_sums(mlm_logits, nsp_logits, batch)
-    halves = [pretraining_loss.pretraining_sums(
+    whole = loss.pretraining_sums(mlm_logits, nsp_logits, batch)
+    halves = [loss.pretraining_sums(
         mlm_logits[s], nsp_logits[s], {k: v[s] for k, v in batch.items()})
         for s in (slice(0, 2), slice(2, 4))]
     summed = jax.tree.map(lambda a, b: a + b, *halves)
-    np.testing.assert_allclose(pretraining_loss.loss_from_sums(summed),
-                               pretraining_loss.loss_from_sums(whole), rtol=1e-6)
+    np.testing.assert_allclose(loss.loss_from_sums(summed),
+                               loss.loss_from_sums(whole), rtol=1e-6)

@@ -4,10 +4,10 @@ import socket
 import subprocess
 
 import numpy as np
-
-from bert_jax import bert_checkpoint
-from bert_jax.metrics_writer import read_metrics
 from pretrain_runs import REPO, cli, small_overrides
+
+from bert_jax.checkpoints import bert_jax_folder
+from bert_jax.training.metrics_writer import read_metrics
 
 
 def free_port() -> int:
@@ -42,13 +42,13 @@ def test_two_processes_train_checkpoint_resume_and_export(tmp_path, random_data)
     # Each process saved its own input position.
     saved = {f.split(".")[0] for f in os.listdir(tmp_path / "checkpoints" / "6" / "data")}
     assert {"process_0-of-2", "process_1-of-2"} <= saved
-    _, first, _ = bert_checkpoint.load(str(tmp_path / "export"))
+    first = bert_jax_folder.load(str(tmp_path / "export")).params
 
     # The same job, two steps longer, resumes from step 6 on both processes.
     overrides["train.num_steps"] = 8
     outputs = run_job(tmp_path, overrides)
     assert "resumed from the checkpoint at step 6" in outputs[0]
-    _, second, _ = bert_checkpoint.load(str(tmp_path / "export"))
+    second = bert_jax_folder.load(str(tmp_path / "export")).params
     key = "bert/embeddings/word_embeddings/embedding"
     assert not np.array_equal(first[key], second[key])
     assert all(np.isfinite(v).all() for v in second.values())

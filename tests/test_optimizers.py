@@ -6,7 +6,7 @@ import optax
 import pytest
 from flax import nnx
 
-from bert_jax import optimizers, schedules
+from bert_jax.training import optimizers, schedules
 
 PEAK, TRAIN_STEPS, WARMUP = 1e-4, 100, 10
 

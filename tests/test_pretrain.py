@@ -9,18 +9,19 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-
-from bert_jax import bert_checkpoint, pretrain
-from bert_jax.heads import BertForPreTraining
-from bert_jax.metrics_writer import read_metrics
-from bert_jax.model_config import BertConfig
-from bert_jax.train_step import init_train_state, make_train_step
 from pretrain_runs import PRED, REPO, SEQ, SMALL_MODEL, VOCAB, cli, config_with, small_overrides
+
+from bert_jax import pretrain
+from bert_jax.checkpoints import bert_jax_folder
+from bert_jax.model.config import BertConfig
+from bert_jax.model.task_models import BertForPreTraining
+from bert_jax.pretraining.step import make_train_step
+from bert_jax.training.metrics_writer import read_metrics
+from bert_jax.training.state import init_train_state
 
 
 def export_params(workdir):
-    _, flat, _ = bert_checkpoint.load(os.path.join(workdir, "export"))
-    return flat
+    return bert_jax_folder.load(os.path.join(workdir, "export")).params
 
 
 def test_killed_run_resumes_to_identical_params(tmp_path, random_data):
@@ -164,7 +165,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path, random_data):
     with pytest.raises(FloatingPointError, match=r"at step \d+"):
         pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
     # Whatever was saved holds finite parameters.
-    from bert_jax.checkpointing import load_pytree
+    from bert_jax.checkpoints.train_state import load_pytree
     latest = max(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
     state = load_pytree(str(tmp_path / "checkpoints" / str(latest) / "state"))
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state["params"]))
@@ -208,7 +209,7 @@ def test_phase2_starts_from_phase1_at_a_longer_sequence(tmp_path, random_data, i
     fresh_rows = [r for r in read_metrics(fresh) if "loss" in r]
     assert rows[0]["loss"] != fresh_rows[0]["loss"]
     # The phase-2 workdir's step-3 checkpoint descends from phase 1's weights.
-    from bert_jax.checkpointing import load_pytree
+    from bert_jax.checkpoints.train_state import load_pytree
     state = load_pytree(str(phase2 / "checkpoints" / "3" / "state"))
     word = np.asarray(state["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"])
     start = trained["bert/embeddings/word_embeddings/embedding"]
@@ -224,7 +225,7 @@ def test_bf16_compute_trains_with_fp32_params_and_optimizer_state(tmp_path, rand
     pretrain.train_and_evaluate(config_with(overrides), str(tmp_path))
     rows = [r for r in read_metrics(tmp_path) if "loss" in r]
     assert all(np.isfinite(r["loss"]) for r in rows)
-    from bert_jax.checkpointing import load_pytree
+    from bert_jax.checkpoints.train_state import load_pytree
     state = load_pytree(str(tmp_path / "checkpoints" / "4" / "state"))
     floats = [x for x in jax.tree.leaves((state["params"], state["opt_state"]))
               if np.issubdtype(np.asarray(x).dtype, np.floating)]
@@ -232,9 +233,8 @@ def test_bf16_compute_trains_with_fp32_params_and_optimizer_state(tmp_path, rand
 
 
 def test_learns_on_our_own_files_with_dynamic_masking(tmp_path, shared_data):
-    from bert_jax.build_vocab import train_wordpiece_vocab
-    from bert_jax.create_pretraining_data import create_pretraining_data
-    from bert_jax.tokenization import FullTokenizer
+    from bert_jax.pretraining.data_creation import create_pretraining_data
+    from bert_jax.tokenization import FullTokenizer, train_wordpiece_vocab
 
     corpus = shared_data / "corpus" / "us_presidential_speeches.txt"
     vocab = train_wordpiece_vocab(str(corpus), 2000, True, tmp_path / "vocab.txt")

@@ -1,10 +1,11 @@
 """pretraining_instances: G-BERT's instances on G-BERT's random stream, and masking statistics."""
+
 import random
 
 import numpy as np
 import pytest
 
-from bert_jax import pretraining_instances as pi
+from bert_jax.pretraining import instances as pi
 
 PAD, UNK, CLS, SEP, MASK, VOCAB = 0, 1, 2, 3, 4, 1000
 
@@ -12,8 +13,13 @@ PAD, UNK, CLS, SEP, MASK, VOCAB = 0, 1, 2, 3, 4, 1000
 def _documents(num_docs=60, seed=0, max_sentences=30, max_sentence_tokens=60):
     """Synthetic documents: lists of sentences of token ids (no specials)."""
     rng = random.Random(seed)
-    return [[[rng.randrange(10, VOCAB) for _ in range(rng.randint(1, max_sentence_tokens))]
-             for _ in range(rng.randint(1, max_sentences))] for _ in range(num_docs)]
+    return [
+        [
+            [rng.randrange(10, VOCAB) for _ in range(rng.randint(1, max_sentence_tokens))]
+            for _ in range(rng.randint(1, max_sentences))
+        ]
+        for _ in range(num_docs)
+    ]
 
 
 def _flatten(documents):
@@ -30,8 +36,16 @@ def _flatten(documents):
 
 def _ours(documents, options, seed, continuation=None):
     ids, offsets, bounds = _flatten(documents)
-    instances = pi.create_instances(offsets, bounds, options, random.Random(seed), MASK,
-                                    np.arange(VOCAB, dtype=np.int32), ids, continuation)
+    instances = pi.create_instances(
+        offsets,
+        bounds,
+        options,
+        random.Random(seed),
+        MASK,
+        np.arange(VOCAB, dtype=np.int32),
+        ids,
+        continuation,
+    )
     return instances, pi.assemble(ids, instances, options.max_seq_length, CLS, SEP)
 
 
@@ -66,7 +80,7 @@ def _gbert(documents, options, seed):
                             if other != index:
                                 break
                         other_doc = documents[other]
-                        for sentence in other_doc[rng.randint(0, len(other_doc) - 1):]:
+                        for sentence in other_doc[rng.randint(0, len(other_doc) - 1) :]:
                             tokens_b.extend(sentence)
                             if len(tokens_b) >= target - len(tokens_a):
                                 break
@@ -84,8 +98,10 @@ def _gbert(documents, options, seed):
                     segments = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
                     candidates = [p for p, t in enumerate(tokens) if t not in (CLS, SEP)]
                     rng.shuffle(candidates)
-                    num_to_predict = min(options.max_predictions_per_seq,
-                                         max(1, int(round(len(tokens) * options.masked_lm_prob))))
+                    num_to_predict = min(
+                        options.max_predictions_per_seq,
+                        max(1, int(round(len(tokens) * options.masked_lm_prob))),
+                    )
                     output, masked = list(tokens), []
                     for p in candidates[:num_to_predict]:
                         if rng.random() < 0.8:
@@ -100,12 +116,20 @@ def _gbert(documents, options, seed):
     return instances
 
 
-@pytest.mark.parametrize("options", [
-    pi.InstanceOptions(dupe_factor=2),
-    # short sequences, heavy truncation, more masking, a small cap
-    pi.InstanceOptions(max_seq_length=24, max_predictions_per_seq=7, masked_lm_prob=0.3, short_seq_prob=0.5,
-                       dupe_factor=3),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        pi.InstanceOptions(dupe_factor=2),
+        # short sequences, heavy truncation, more masking, a small cap
+        pi.InstanceOptions(
+            max_seq_length=24,
+            max_predictions_per_seq=7,
+            masked_lm_prob=0.3,
+            short_seq_prob=0.5,
+            dupe_factor=3,
+        ),
+    ],
+)
 def test_instances_are_google_berts_one_for_one(options):
     documents = _documents(num_docs=40, seed=1)
     documents.append([[11, 12, 13]])  # a one-sentence document: always a random B
@@ -121,7 +145,9 @@ def test_instances_are_google_berts_one_for_one(options):
         k = len(masked)
         assert seq.masked_lm_positions[row, :k].tolist() == [p for p, _ in masked]
         assert seq.masked_lm_ids[row, :k].tolist() == [label for _, label in masked]
-        assert seq.masked_lm_weights[row].tolist() == [1.0] * k + [0.0] * (options.max_predictions_per_seq - k)
+        assert seq.masked_lm_weights[row].tolist() == [1.0] * k + [0.0] * (
+            options.max_predictions_per_seq - k
+        )
         assert not seq.masked_lm_positions[row, k:].any() and not seq.masked_lm_ids[row, k:].any()
 
 
@@ -159,7 +185,9 @@ def test_masking_statistics():
 
 def test_whole_word_masking_never_splits_a_word_and_decides_per_word():
     continuation = np.zeros(VOCAB, bool)
-    continuation[np.random.default_rng(3).choice(np.arange(10, VOCAB), VOCAB // 2, replace=False)] = True
+    continuation[
+        np.random.default_rng(3).choice(np.arange(10, VOCAB), VOCAB // 2, replace=False)
+    ] = True
     instances, seq = _masking_sample(num_docs=300, continuation=continuation)
     real = seq.masked_lm_weights > 0
     budget = np.minimum(20, np.maximum(1, np.rint(seq.lengths * 0.15)))
@@ -168,7 +196,9 @@ def test_whole_word_masking_never_splits_a_word_and_decides_per_word():
     chosen = np.zeros((n, s), bool)
     chosen[np.repeat(np.arange(n), real.sum(axis=1)), seq.masked_lm_positions[real]] = True
     original = seq.input_ids.copy()
-    original[np.repeat(np.arange(n), real.sum(axis=1)), seq.masked_lm_positions[real]] = seq.masked_lm_ids[real]
+    original[np.repeat(np.arange(n), real.sum(axis=1)), seq.masked_lm_positions[real]] = (
+        seq.masked_lm_ids[real]
+    )
     first_sep = instances.a_length + 1
     words = mixed = 0
     for i in range(n):
@@ -183,7 +213,10 @@ def test_whole_word_masking_never_splits_a_word_and_decides_per_word():
                 if word.all() and p - start > 1:
                     words += 1
                     now = seq.input_ids[i, start:p]
-                    kinds = {"mask" if t == MASK else "kept" if t == o else "random" for t, o in zip(now, row[start:p])}
+                    kinds = {
+                        "mask" if t == MASK else "kept" if t == o else "random"
+                        for t, o in zip(now, row[start:p])
+                    }
                     mixed += len(kinds) > 1
             start = p
     # One 80/10/10 draw per word: its pieces differ in kind only when a random

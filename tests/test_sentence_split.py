@@ -1,7 +1,7 @@
 """sentence_split: the documented rules, one case each."""
 import pytest
 
-from bert_jax.sentence_split import split_sentences
+from bert_jax.pretraining.sentence_split import split_sentences
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from bert_jax import tfrecord_writer
+from bert_jax.pretraining import tfrecord_writer
 
 tf = pytest.importorskip("tensorflow")
 

@@ -6,6 +6,7 @@ on whitespace, lower + NFD + drop Mn per word, split off punctuation, greedy
 longest-match WordPiece. bert_jax gets there by other roads (translate tables,
 regexes, HF's WordPiece, caches); every test below compares the two.
 """
+
 import functools
 import json
 import pickle
@@ -16,9 +17,14 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from bert_jax import build_vocab
 from bert_jax.tokenization import (
-    BasicTokenizer, FullTokenizer, SentencePieceTokenizer, load_tokenizer, load_vocab)
+    BasicTokenizer,
+    FullTokenizer,
+    SentencePieceTokenizer,
+    load_tokenizer,
+    load_vocab,
+    vocab_training,
+)
 
 # ----------------------------------------------------------------------------
 # The oracle.
@@ -27,8 +33,14 @@ from bert_jax.tokenization import (
 _memo = functools.lru_cache(maxsize=1 << 16)
 
 ORACLE_CJK_RANGES = [
-    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
 ]
 
 
@@ -110,7 +122,11 @@ def oracle_wordpiece(word, vocab):
 
 
 def oracle_tokenize(text, vocab, do_lower_case):
-    return [piece for word in oracle_basic(text, do_lower_case) for piece in oracle_wordpiece(word, vocab)]
+    return [
+        piece
+        for word in oracle_basic(text, do_lower_case)
+        for piece in oracle_wordpiece(word, vocab)
+    ]
 
 
 class ChunkedOracle:
@@ -142,7 +158,7 @@ TRICKY = [
     "   \t\n\r  ",
     "Hello, World! It's 3.14 -- isn't it?",
     "unaffable UNAFFABLE Unaffable",
-    "a\x00b a\x01b a\x7fb a\x1fb a\x0bb a\x0cb a\x1cb\tc\rd\ne",  # ASCII: dropped, the neighbours join
+    "a\x00b a\x01b a\x7fb a\x1fb a\x0bb a\x0cb a\x1cb\tc\rd\ne",  # ASCII: dropped, the neighbours join  # noqa: E501
     "a\x00b a\ufffdb a\x7fb a\x1fb a\x0bb a\x0cb a\x85b",  # the same, on the non-ASCII path
     "soft\u00adhyphen zero\u200bwidth bom\ufeffhere rtl\u200fmark tag\U000e0041s",  # Cf
     "line\u2028sep para\u2029sep nbsp\xa0here ideo\u3000space en\u2002space ogham\u1680",
@@ -152,7 +168,7 @@ TRICKY = [
     "ext-e boundary \U0002b81f\U0002b820\U0002b91f\U0002b920 ext-g \U00030000",
     "\u3042\u3044 \u30ab\u30bf\u30ab\u30ca \ud55c\uad6d\uc5b4",  # kana, hangul: not CJK
     "\u3001\u3002\u300c\u300d\uff01\uff1f",  # CJK punctuation, fullwidth
-    "\u039f\u0394\u039f\u03a3 \u039f\u0394\u039f\u03a3.\u0391 \u03a3 \u0391\u03a3\u0301 \u0391\u03a3\u00ad\u0392",  # sigma
+    "\u039f\u0394\u039f\u03a3 \u039f\u0394\u039f\u03a3.\u0391 \u03a3 \u0391\u03a3\u0301 \u0391\u03a3\u00ad\u0392",  # sigma  # noqa: E501
     "\u0130stanbul \u0131i I\u0307 \u1e9e STRASSE stra\xdfe",  # İ, dotless i, capital sharp s
     "\ufb01ne \ufb03 \u212a\u2126\u212b \u01c5 \u1f88",  # ligatures, Kelvin/Ohm/Angstrom, titlecase
     "e\u0301 \xe9 Ame\u0301lie Am\xe9lie na\xefve NA\xcfVE cr\xe8me br\xfbl\xe9e",  # NFD vs NFC
@@ -160,17 +176,22 @@ TRICKY = [
     "$5+3=8 <tag> a^b `x` {y} |z| ~w~ @home #1 100% &amp; a_b",  # ASCII symbols count as punct
     "\u00a1Hola! \u00bfQu\xe9? \u2014dash\u2013 \u201cquotes\u201d \u2026 \u00a7 \u00b6 \u00b7",
     "\u166d \u2e43 \u2e5d \u0609 \u10ead",  # newer punctuation and U+166D (So now)
-    "emoji \U0001f600\U0001f44d\U0001f3fd \U0001f469\u200d\U0001f4bb \u2764\ufe0f flags \U0001f1fa\U0001f1f8",
+    "emoji \U0001f600\U0001f44d\U0001f3fd \U0001f469\u200d\U0001f4bb \u2764\ufe0f flags \U0001f1fa\U0001f1f8",  # noqa: E501
     "\u0300\u0301leading marks",
     "x" * 200 + " " + "x" * 201,
-    "\xe9" * 150 + " " + "e\u0301" * 100 + " " + "\u0130" * 150,  # lengths change under normalization
+    "\xe9" * 150
+    + " "
+    + "e\u0301" * 100
+    + " "
+    + "\u0130" * 150,  # lengths change under normalization
     "[CLS] [SEP] [MASK] [UNK] [PAD]",
 ]
 
 # Pools the random strings draw from.
 _POOLS = [
     "abcdefghijklmnopqrstuvwxyz" * 3 + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
-    " " * 8 + "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2007\u200a\u2028\u2029\u202f\u205f\u3000",
+    " " * 8
+    + "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2007\u200a\u2028\u2029\u202f\u205f\u3000",  # noqa: E501
     "".join(map(chr, range(0x20, 0x7F))),
     "".join(map(chr, range(0x80, 0x100))),
     "".join(map(chr, range(0x300, 0x370))) + "\u1ab0\u1ac0\u1dc0\u20d0\u20e3\ufe0f\ufe20",
@@ -183,7 +204,9 @@ _POOLS = [
     "\U000e0001\U000e0041\U0010ffff\u0378\u0890\u08e2\u0600\U000f0000",
     "\U0001f600\U0001f44d\U0001f3fd\U0001f469\U0001f4bb\u2764\U0001f1fa\U0001f1f8\U0001faf6",
     "\u0130\u0131\u1e9e\xdf\ufb01\ufb03\u212a\u2126\u212b\u01c5\u1f88\u0149\u1e96\u0587\u1f80",
-    "".join(map(chr, range(0x900, 0x980))) + "".join(map(chr, range(0xE00, 0xE60))) + "\uac00\ud55c",
+    "".join(map(chr, range(0x900, 0x980)))
+    + "".join(map(chr, range(0xE00, 0xE60)))
+    + "\uac00\ud55c",
 ]
 _POOL_WEIGHTS = [8, 4, 4, 2, 2, 3, 2, 2, 1, 2, 1, 2, 1]
 _ASCII = "".join(map(chr, range(0x80)))
@@ -214,29 +237,58 @@ def _code_point_sweep():
 def small_vocab_file(tmp_path_factory):
     """A vocab.txt in tmp_path: specials, every char of the random pools (as a
     word start and as "##"), and some longer pieces, so WordPiece has choices."""
-    chars = sorted({ch for pool in _POOLS for ch in pool if not ch.isspace()}
-                   | set("abcdefghijklmnopqrstuvwxyz\u03c2\u03c3\u0131"))
-    pieces = ["un", "##aff", "##able", "aff", "the", "##the", "th", "##s", "##ing", "hello", "##ll", "##o",
-              "\u03bf\u03b4\u03bf\u03c2", "\u4e2d", "##\u00e9", "ame", "##lie", "xx", "##xx", "##xxx"]
+    chars = sorted(
+        {ch for pool in _POOLS for ch in pool if not ch.isspace()}
+        | set("abcdefghijklmnopqrstuvwxyz\u03c2\u03c3\u0131")
+    )
+    pieces = [
+        "un",
+        "##aff",
+        "##able",
+        "aff",
+        "the",
+        "##the",
+        "th",
+        "##s",
+        "##ing",
+        "hello",
+        "##ll",
+        "##o",
+        "\u03bf\u03b4\u03bf\u03c2",
+        "\u4e2d",
+        "##\u00e9",
+        "ame",
+        "##lie",
+        "xx",
+        "##xx",
+        "##xxx",
+    ]
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + pieces
     tokens += [ch for ch in chars if ch not in tokens]
     tokens += ["##" + ch for ch in chars if "##" + ch not in tokens]
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     # Lone surrogates cannot be written as UTF-8; they are dropped as control
     # chars anyway.
-    path.write_text("\n".join(t for t in tokens if not 0xD800 <= ord(t[-1]) <= 0xDFFF) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(t for t in tokens if not 0xD800 <= ord(t[-1]) <= 0xDFFF) + "\n", encoding="utf-8"
+    )
     return path
 
 
 # ----------------------------------------------------------------------------
 # Identity with the oracle.
 
+
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_tricky_strings_match_oracle(small_vocab_file, do_lower_case):
     tokenizer = FullTokenizer(small_vocab_file, do_lower_case=do_lower_case)
     for text in TRICKY:
-        assert tokenizer.basic_tokenizer.tokenize(text) == oracle_basic(text, do_lower_case), repr(text)
-        assert tokenizer.tokenize(text) == oracle_tokenize(text, tokenizer.vocab, do_lower_case), repr(text)
+        assert tokenizer.basic_tokenizer.tokenize(text) == oracle_basic(text, do_lower_case), repr(
+            text
+        )
+        assert tokenizer.tokenize(text) == oracle_tokenize(text, tokenizer.vocab, do_lower_case), (
+            repr(text)
+        )
 
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
@@ -256,7 +308,9 @@ def test_every_code_point_is_treated_as_gbert_does(do_lower_case):
     text = "".join(f"x\u0391{chr(cp)}Bx " for cp in _code_point_sweep())
     assert BasicTokenizer(do_lower_case).tokenize(text) == oracle_basic(text, do_lower_case)
     ascii_text = "".join(f"xA{chr(cp)}Bx " for cp in range(0x80))
-    assert BasicTokenizer(do_lower_case).tokenize(ascii_text) == oracle_basic(ascii_text, do_lower_case)
+    assert BasicTokenizer(do_lower_case).tokenize(ascii_text) == oracle_basic(
+        ascii_text, do_lower_case
+    )
 
 
 def test_long_words_become_unk(small_vocab_file):
@@ -267,7 +321,9 @@ def test_long_words_become_unk(small_vocab_file):
     # chars under NFD + strip; 101 decomposed ones are 202 chars cased, 101
     # uncased.
     assert tokenizer.tokenize("\xe9" * 201) == ["[UNK]"]
-    assert FullTokenizer(small_vocab_file, do_lower_case=False).tokenize("e\u0301" * 101) == ["[UNK]"]
+    assert FullTokenizer(small_vocab_file, do_lower_case=False).tokenize("e\u0301" * 101) == [
+        "[UNK]"
+    ]
     assert tokenizer.tokenize("e\u0301" * 101) == ["e"] + ["##e"] * 100
 
 
@@ -279,6 +335,7 @@ def test_unmatchable_word_is_one_unk(small_vocab_file):
 
 # ----------------------------------------------------------------------------
 # The API.
+
 
 def test_vocab_maps_follow_the_file(small_vocab_file):
     tokenizer = FullTokenizer(small_vocab_file)
@@ -297,8 +354,13 @@ def test_vocab_maps_follow_the_file(small_vocab_file):
 
 def test_special_ids_and_continuation_mask(small_vocab_file):
     tokenizer = FullTokenizer(small_vocab_file)
-    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (
-        0, 1, 2, 3, 4)
+    assert (
+        tokenizer.pad_id,
+        tokenizer.unk_id,
+        tokenizer.cls_id,
+        tokenizer.sep_id,
+        tokenizer.mask_id,
+    ) == (0, 1, 2, 3, 4)
     assert tokenizer.is_continuation("##able") and not tokenizer.is_continuation("un")
     assert tokenizer.continuation_mask.dtype == bool
     assert tokenizer.continuation_mask.shape == (len(tokenizer.vocab),)
@@ -325,7 +387,9 @@ def test_pickles(small_vocab_file):
     tokenizer = FullTokenizer(small_vocab_file, do_lower_case=False)
     clone = pickle.loads(pickle.dumps(tokenizer))
     assert clone.do_lower_case is False
-    assert clone.tokenize("Hello \u039f\u0394\u039f\u03a3") == tokenizer.tokenize("Hello \u039f\u0394\u039f\u03a3")
+    assert clone.tokenize("Hello \u039f\u0394\u039f\u03a3") == tokenizer.tokenize(
+        "Hello \u039f\u0394\u039f\u03a3"
+    )
 
 
 def test_missing_vocab_file_names_the_path(tmp_path):
@@ -343,7 +407,9 @@ def test_vocab_without_specials_names_file_and_tokens(tmp_path):
 def test_duplicate_vocab_token_names_the_line(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\nhello\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"vocab\.txt:8: duplicate token 'hello' \(already on line 6\)"):
+    with pytest.raises(
+        ValueError, match=r"vocab\.txt:8: duplicate token 'hello' \(already on line 6\)"
+    ):
         FullTokenizer(path)
 
 
@@ -374,14 +440,20 @@ def spm_model_file(tmp_path_factory):
     """A tiny unigram model trained on pangrams."""
     corpus = tmp_path_factory.mktemp("spm") / "corpus.txt"
     corpus.write_text("\n".join(SPM_TEXT) + "\n", encoding="utf-8")
-    return build_vocab.train_sentencepiece(
-        [str(corpus)], vocab_size=50, do_lower_case=True, output=corpus.parent / "spm")
+    return vocab_training.train_sentencepiece(
+        [str(corpus)], vocab_size=50, do_lower_case=True, output=corpus.parent / "spm"
+    )
 
 
 def test_sentencepiece_interface(spm_model_file):
     tokenizer = SentencePieceTokenizer(spm_model_file, do_lower_case=True)
-    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (
-        0, 1, 2, 3, 4)
+    assert (
+        tokenizer.pad_id,
+        tokenizer.unk_id,
+        tokenizer.cls_id,
+        tokenizer.sep_id,
+        tokenizer.mask_id,
+    ) == (0, 1, 2, 3, 4)
     assert list(tokenizer.vocab)[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert tokenizer.inv_vocab == {i: t for t, i in tokenizer.vocab.items()}
     pieces = tokenizer.tokenize("The QUICK dog")
@@ -398,7 +470,9 @@ def test_sentencepiece_interface(spm_model_file):
 def test_sentencepiece_continuations(spm_model_file):
     tokenizer = SentencePieceTokenizer(spm_model_file)
     assert tokenizer.is_continuation("ick") and not tokenizer.is_continuation("\u2581qu")
-    assert not any(tokenizer.is_continuation(t) for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    assert not any(
+        tokenizer.is_continuation(t) for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    )
     expected = [tokenizer.is_continuation(t) for t in tokenizer.vocab]
     assert tokenizer.continuation_mask.tolist() == expected
     assert tokenizer.continuation_mask.any() and not tokenizer.continuation_mask.all()
@@ -419,17 +493,26 @@ def test_sentencepiece_errors(tmp_path):
         SentencePieceTokenizer(tmp_path / "missing.model")
     # A model trained with SentencePiece's defaults (<unk> <s> </s>) is no BERT vocabulary.
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(SPM_TEXT), model_prefix=str(tmp_path / "plain"), vocab_size=40, minloglevel=2)
-    with pytest.raises(ValueError, match=r"plain\.model lacks the special tokens \[PAD\] \[UNK\] \[CLS\]"):
+        sentence_iterator=iter(SPM_TEXT),
+        model_prefix=str(tmp_path / "plain"),
+        vocab_size=40,
+        minloglevel=2,
+    )
+    with pytest.raises(
+        ValueError, match=r"plain\.model lacks the special tokens \[PAD\] \[UNK\] \[CLS\]"
+    ):
         SentencePieceTokenizer(tmp_path / "plain.model")
 
 
 # ----------------------------------------------------------------------------
 # Real data (../shared), with G-BERT's uncased vocab.
 
+
 def _shared_texts(data):
     """Every distinct line of the speeches corpus and text of the GLUE TSVs and SQuAD."""
-    texts = (data / "corpus" / "us_presidential_speeches.txt").read_text(encoding="utf-8").split("\n")
+    texts = (
+        (data / "corpus" / "us_presidential_speeches.txt").read_text(encoding="utf-8").split("\n")
+    )
     for path in sorted((data / "glue").glob("*/*.tsv")):
         for line in path.read_text(encoding="utf-8").split("\n"):
             texts.extend(line.split("\t"))
@@ -446,7 +529,9 @@ def _shared_texts(data):
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_shared_data_matches_oracle(shared_data, do_lower_case):
-    tokenizer = FullTokenizer(shared_data / "google_bert" / "vocab.txt", do_lower_case=do_lower_case)
+    tokenizer = FullTokenizer(
+        shared_data / "google_bert" / "vocab.txt", do_lower_case=do_lower_case
+    )
     oracle = ChunkedOracle(tokenizer.vocab, do_lower_case)
     texts = _shared_texts(shared_data)
     assert len(texts) > 150_000
@@ -457,8 +542,13 @@ def test_shared_data_matches_oracle(shared_data, do_lower_case):
 def test_real_vocab_on_random_strings(shared_data):
     tokenizer = FullTokenizer(shared_data / "google_bert" / "vocab.txt")
     assert len(tokenizer.vocab) == 30522
-    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (
-        0, 100, 101, 102, 103)
+    assert (
+        tokenizer.pad_id,
+        tokenizer.unk_id,
+        tokenizer.cls_id,
+        tokenizer.sep_id,
+        tokenizer.mask_id,
+    ) == (0, 100, 101, 102, 103)
     for text in random_strings(1000, seed=3):
         assert tokenizer.tokenize(text) == oracle_tokenize(text, tokenizer.vocab, True), repr(text)
 
@@ -476,18 +566,25 @@ def test_matches_google_bert_pretraining_data(shared_data):
     # documents joined by a char no id maps to: substring search finds runs.
     documents = "\uffff".join(
         "".join(chr(i) for ids in tokenizer.encode_batch(document.split("\n")) for i in ids)
-        for document in text.split("\n\n"))
+        for document in text.split("\n\n")
+    )
     n_segments = 0
-    for record in tf.data.TFRecordDataset(str(shared_data / "google_bert" / "speeches_seq128.tfrecord")).take(3000):
+    for record in tf.data.TFRecordDataset(
+        str(shared_data / "google_bert" / "speeches_seq128.tfrecord")
+    ).take(3000):
         feature = tf.train.Example.FromString(record.numpy()).features.feature
-        ids = list(feature["input_ids"].int64_list.value)[:sum(feature["input_mask"].int64_list.value)]
-        for position, label, weight in zip(feature["masked_lm_positions"].int64_list.value,
-                                           feature["masked_lm_ids"].int64_list.value,
-                                           feature["masked_lm_weights"].float_list.value):
+        ids = list(feature["input_ids"].int64_list.value)[
+            : sum(feature["input_mask"].int64_list.value)
+        ]
+        for position, label, weight in zip(
+            feature["masked_lm_positions"].int64_list.value,
+            feature["masked_lm_ids"].int64_list.value,
+            feature["masked_lm_weights"].float_list.value,
+        ):
             if weight:
                 ids[position] = label
         first_sep = ids.index(tokenizer.sep_id)
-        for segment in (ids[1:first_sep], ids[first_sep + 1:-1]):
+        for segment in (ids[1:first_sep], ids[first_sep + 1 : -1]):
             assert "".join(map(chr, segment)) in documents, tokenizer.convert_ids_to_tokens(segment)
             n_segments += 1
     assert n_segments == 6000

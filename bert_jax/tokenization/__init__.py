@@ -8,18 +8,20 @@
 Both tokenizers share one interface: tokenize / encode and their _batch
 forms, convert_tokens_to_ids / convert_ids_to_tokens, vocab / inv_vocab,
 is_continuation / continuation_mask, and pad_id unk_id cls_id sep_id mask_id.
-Vocabularies are built with `python -m bert_jax.build_vocab`.
+Vocabularies are trained with `train_wordpiece_vocab` / `train_sentencepiece`
+(`python -m bert_jax.build_vocab`).
 """
 import os
 
 from bert_jax.tokenization.basic import BasicTokenizer
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
 from bert_jax.tokenization.vocab import SPECIAL_TOKENS, load_vocab
+from bert_jax.tokenization.vocab_training import train_sentencepiece, train_wordpiece_vocab
 from bert_jax.tokenization.wordpiece import FullTokenizer
 
 __all__ = [
     "SPECIAL_TOKENS", "BasicTokenizer", "FullTokenizer", "SentencePieceTokenizer",
-    "load_tokenizer", "load_vocab",
+    "load_tokenizer", "load_vocab", "train_sentencepiece", "train_wordpiece_vocab",
 ]
 
 

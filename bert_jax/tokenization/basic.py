@@ -26,6 +26,7 @@ point (tokenizers 0.23.3) and compared with these rules, they differ on
 So the whole of this step is done here, with `str.translate` tables and a
 regex for ASCII text, which keeps it at C speed.
 """
+
 import re
 import unicodedata
 
@@ -149,4 +150,8 @@ class BasicTokenizer:
         # a space (neither cased nor case-ignorable). NFD and dropping Mn are
         # per char, so they can run on the whole text too.
         text = " ".join(text.translate(_CLEAN).split()).lower()
-        return unicodedata.normalize("NFD", text).translate(_STRIP_ACCENT_AND_SPLIT_PUNCTUATION).split()
+        return (
+            unicodedata.normalize("NFD", text)
+            .translate(_STRIP_ACCENT_AND_SPLIT_PUNCTUATION)
+            .split()
+        )

@@ -1,4 +1,5 @@
 """Vocabulary loading and the token <-> id plumbing both tokenizers share."""
+
 import abc
 import os
 import pathlib
@@ -35,7 +36,9 @@ def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
         token = line.strip()
         if token in vocab:
             raise ValueError(
-                f"{path}:{index + 1}: duplicate token {token!r} (already on line {vocab[token] + 1})")
+                f"{path}:{index + 1}: duplicate token {token!r} "
+                f"(already on line {vocab[token] + 1})"
+            )
         vocab[token] = index
     return vocab
 
@@ -52,7 +55,8 @@ class Vocabulary(abc.ABC):
         if missing:
             raise ValueError(
                 f"{source} lacks the special tokens {' '.join(missing)}; "
-                f"BERT needs all of {' '.join(SPECIAL_TOKENS)}")
+                f"BERT needs all of {' '.join(SPECIAL_TOKENS)}"
+            )
         self.vocab = vocab
         self.inv_vocab = {index: token for token, index in vocab.items()}
         # [vocab_size] bool, True for ids that continue the previous piece's

@@ -1,0 +1,77 @@
+"""The train state every trainer uses: a plain pytree, its shardings, its start.
+
+    {"step": int32 [], "params": nested dict (nnx.to_pure_dict of a model's
+     Params), "opt_state": optax state, "rng": uint32 [2] (raw key data)}
+
+jit, Orbax and the sharding rules see arrays and nothing else. Dropout keys
+are derived from `rng` and `step` inside the step functions, so a resumed run
+draws the same masks as an uninterrupted one.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+
+from bert_jax.training import mesh as mesh_lib
+
+TrainState = dict[str, Any]
+
+
+def init_train_state(params: dict, optimizer: optax.GradientTransformation,
+                     seed: int) -> TrainState:
+    """The initial state around `params` (nnx.to_pure_dict of the model's Params)."""
+    return {"step": jnp.zeros((), jnp.int32), "params": params,
+            "opt_state": optimizer.init(params),
+            "rng": jax.random.key_data(jax.random.PRNGKey(seed))}
+
+
+def pure_params(model: nnx.Module) -> dict:
+    """The model's Params as a nested dict of arrays (what the state holds)."""
+    return nnx.to_pure_dict(nnx.state(model, nnx.Param))
+
+
+def state_shardings(optimizer: optax.GradientTransformation, abstract_params: dict,
+                    param_shardings: dict, mesh: Mesh) -> dict:
+    """NamedShardings of the whole state: optimizer moments follow their params."""
+    replicated = mesh_lib.replicated(mesh)
+    opt_abstract = jax.eval_shape(optimizer.init, abstract_params)
+    opt_shardings = optax.tree_map_params(
+        optimizer, lambda _, s: s, opt_abstract, param_shardings,
+        transform_non_params=lambda _: replicated)
+    return {"step": replicated, "params": param_shardings, "opt_state": opt_shardings,
+            "rng": replicated}
+
+
+def abstract_train_state(optimizer: optax.GradientTransformation, abstract_params: dict,
+                         shardings: dict, seed: int) -> TrainState:
+    """ShapeDtypeStructs with shardings: the target a checkpoint restores into."""
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        jax.eval_shape(lambda p: init_train_state(p, optimizer, seed), abstract_params),
+        shardings)
+
+
+def new_train_state(make_model: Callable[[], nnx.Module],
+                    optimizer: optax.GradientTransformation, seed: int,
+                    shardings: dict, load_params: Callable[[nnx.Module], None] | None = None
+                    ) -> TrainState:
+    """A fresh state, built directly in its shardings.
+
+    `make_model()` builds the model with its initializers; `load_params`, if
+    given, then overwrites parameters in place on the host (from a
+    checkpoint) before they are placed on the devices.
+    """
+    if load_params is None:
+        init = jax.jit(lambda: init_train_state(pure_params(make_model()), optimizer, seed),
+                       out_shardings=shardings)
+        return init()
+    model = make_model()
+    load_params(model)
+    params = jax.device_put(pure_params(model), shardings["params"])
+    return jax.jit(lambda p: init_train_state(p, optimizer, seed), out_shardings=shardings)(params)
+
