@@ -3,6 +3,7 @@
     python bench/gpu.py [--sizes base,large] [--seqs 128,512] [--dtypes bfloat16]
                         [--fp32_rows base:128,large:128] [--batch 256 | --batch large:128=256,...]
                         [--steps 10] [--torch] [--time_budget_s 540]
+    python bench/gpu.py --rows jax:large:128:bf16:attn_dropout=0,torch:base:512:bf16
 
 What is timed: `bert_jax.pretraining.step.make_train_step` around
 BertForPreTraining (google-research/bert's MLM + NSP objective, dropout on,
@@ -241,8 +242,30 @@ def batch_for(size: str, seq: int, dtype: str, args) -> int:
     return DEFAULT_BATCH.get((size, seq), 32)
 
 
+def explicit_rows(spec: str) -> list[dict]:
+    """--rows jax:large:128:bf16,torch:base:512:bf16,jax:large:128:bf16:attn_dropout=0"""
+    long_dtype = {v: k for k, v in SHORT_DTYPE.items()}
+    rows = []
+    for item in filter(None, spec.split(",")):
+        parts = item.split(":")
+        row = {"framework": parts[0], "size": parts[1], "seq": int(parts[2]),
+               "dtype": long_dtype.get(parts[3], parts[3])}
+        for extra in parts[4:]:
+            key, value = extra.split("=")
+            if key != "attn_dropout":
+                raise ValueError(f"--rows: unknown option {extra!r} in {item!r}")
+            row["attn_dropout"] = float(value)
+        rows.append(row)
+    return rows
+
+
 def plan_rows(args) -> list[dict]:
     """Rows in priority order: bf16 seq 128 (large first), then the rest."""
+    if args.rows:
+        ordered = explicit_rows(args.rows)
+        for r in ordered:
+            r["batch"] = batch_for(r["size"], r["seq"], r["dtype"], args)
+        return ordered
     sizes = args.sizes.split(",")
     seqs = [int(s) for s in args.seqs.split(",")]
     dtypes = args.dtypes.split(",")
@@ -346,6 +369,10 @@ def main() -> None:
                              "(the jax.nn.dot_product_attention path)")
     parser.add_argument("--batch", default=None,
                         help="one batch for every row, or size:seq[:dtype]=B,... overrides")
+    parser.add_argument("--rows", default=None,
+                        help="explicit rows instead of the grid, in order: "
+                             "framework:size:seq:dtype[:attn_dropout=R],... "
+                             "(e.g. jax:large:128:bf16,torch:base:512:bf16)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per row")
     parser.add_argument("--torch", action="store_true",
                         help="also time transformers' PyTorch BertForPreTraining (bf16 autocast)")
