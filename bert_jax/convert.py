@@ -27,6 +27,8 @@ def _define_flags() -> None:
     flags.DEFINE_string("vocab_file", None, "vocab.txt to store with the output (default: the "
                         "input's own vocab.txt, if it has one).")
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
+    flags.DEFINE_bool("do_lower_case", None, "Record this casing with the output (default: the "
+                      "input's tokenizer_config.json, if it has one).")
 
 
 def main(argv):
@@ -37,10 +39,18 @@ def main(argv):
     read = read_checkpoint(FLAGS.input, FLAGS.input_format)
     for line in read.missing:
         logging.warning("%s", line)
+    do_lower_case = read.do_lower_case
+    if FLAGS["do_lower_case"].present:
+        do_lower_case = FLAGS.do_lower_case
+    if do_lower_case is None:
+        logging.warning("%s does not record do_lower_case: no tokenizer_config.json written "
+                        "(pass --do_lower_case or --nodo_lower_case)", FLAGS.input)
     write_checkpoint(FLAGS.output, FLAGS.output_format, read.config, read.params,
-                     vocab_file=FLAGS.vocab_file or read.vocab_file, overwrite=FLAGS.overwrite)
+                     vocab_file=FLAGS.vocab_file or read.vocab_file, overwrite=FLAGS.overwrite,
+                     do_lower_case=do_lower_case, task=read.task)
+    head = f", head {read.task.architecture}" if read.task else ""
     print(f"wrote {FLAGS.output_format} checkpoint {FLAGS.output} ({len(read.params)} tensors, "
-          f"{sum(v.size for v in read.params.values()):,} parameters)", file=sys.stderr)
+          f"{sum(v.size for v in read.params.values()):,} parameters{head})", file=sys.stderr)
 
 
 if __name__ == "__main__":

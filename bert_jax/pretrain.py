@@ -41,7 +41,7 @@ from bert_jax.training.run_config import save_config
 from bert_jax.training.state import (
     abstract_train_state,
     new_train_state,
-    pure_params,
+    shard_model,
     state_shardings,
 )
 
@@ -61,13 +61,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         return BertForPreTraining(model_config, rngs=nnx.Rngs(seed))
 
     # 1. Mesh and shardings: parameters by their logical axis names.
-    device_mesh = mesh.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    rules = mesh.rules_from_config(config.mesh.rules)
-    abstract_model = nnx.eval_shape(make_model)
-    graphdef = nnx.graphdef(abstract_model)
-    abstract_params = pure_params(abstract_model)
-    param_shardings = mesh.param_shardings(abstract_model, device_mesh, rules)
-    batch_sharding = mesh.batch_sharding(device_mesh, rules)
+    sharded = shard_model(make_model, config.mesh)
+    graphdef, abstract_params = sharded.graphdef, sharded.abstract_params
+    param_shardings, batch_sharding = sharded.param_shardings, sharded.batch_sharding
 
     # 2. Optimizer, state shardings, and the jitted steps.
     optimizer, schedule = optimizer_and_schedule(
@@ -75,13 +71,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         warmup_steps=t.warmup_steps, schedule=t.schedule, decay_power=t.decay_power,
         weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps,
         max_grad_norm=t.max_grad_norm)
-    shardings = state_shardings(optimizer, abstract_params, param_shardings, device_mesh)
+    shardings = state_shardings(optimizer, abstract_params, param_shardings, sharded.mesh)
     train_step = jax.jit(make_train_step(graphdef, optimizer, schedule, t.grad_accum_steps),
                          in_shardings=(shardings, batch_sharding),
-                         out_shardings=(shardings, mesh.replicated(device_mesh)),
+                         out_shardings=(shardings, sharded.replicated),
                          donate_argnums=0)
     eval_step = jax.jit(make_eval_step(graphdef), in_shardings=(param_shardings, batch_sharding),
-                        out_shardings=mesh.replicated(device_mesh))
+                        out_shardings=sharded.replicated)
 
     # 3. Input: this host's share of the files, batches of global_batch / processes.
     common = dict(global_batch_size=t.batch_size, max_seq_length=d.max_seq_length,
@@ -146,7 +142,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if (not result.preempted and t.export_params
             and (result.trained or not os.path.isdir(export_dir))):
         if export_params(result.state["params"], model_config, make_model, export_dir,
-                         vocab_file=data_files.get("vocab_file")):
+                         vocab_file=data_files.get("vocab_file"),
+                         do_lower_case=d.do_lower_case):
             report(f"exported parameters to {export_dir}")
     return result.last_metrics
 

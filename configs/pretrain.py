@@ -46,6 +46,9 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.default_corpus = False  # build and use the embedded corpus
     config.data.cache_dir = ""  # where the default corpus goes ('' = WORKDIR/data)
     config.data.vocab_file = ""  # vocab.txt, stored with exported checkpoints
+    # How the files were tokenized (create_pretraining_data's flag); recorded in
+    # export/tokenizer_config.json so fine-tuning tokenizes the same way.
+    config.data.do_lower_case = True
     config.data.max_seq_length = 128  # must equal the files' padded length
     config.data.max_predictions_per_seq = 20  # likewise for the masked-LM features
     config.data.dynamic_masking = False  # mask in the pipeline (unmasked files)

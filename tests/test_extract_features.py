@@ -47,8 +47,7 @@ def minilm(tmp_path_factory):
     hf_folder = os.path.join(os.path.dirname(module.__file__), "model")
     ours = tmp_path_factory.mktemp("minilm") / "bert_jax"
     read = checkpoints.read_checkpoint(hf_folder, "hf")
-    config = read.config
-    flat = read.params
+    config, flat = read.config, read.params
     vocab = read.vocab_file
     checkpoints.write_checkpoint(str(ours), "bert_jax", config, flat, vocab_file=vocab)
     return ours, hf_folder
@@ -218,8 +217,7 @@ def test_missing_files_are_named(tiny, tmp_path):
         extract_features_to_file(str(tiny), str(tmp_path / "in.txt"), out,
                                  vocab_file=str(tmp_path / "v.txt"))
     read = checkpoints.read_checkpoint(str(tiny), "bert_jax")
-    config = read.config
-    flat = read.params
+    config, flat = read.config, read.params
     checkpoints.write_checkpoint(str(tmp_path / "bare"), "bert_jax", config, flat)  # no vocab.txt
     with pytest.raises(FileNotFoundError, match="has no vocab.txt: pass --vocab_file"):
         extract_features_to_file(str(tmp_path / "bare"), str(tmp_path / "in.txt"), out)

@@ -80,14 +80,11 @@ def test_gathered_positions_equal_full_logits(tmp_path):
 def test_export_to_hf_round_trips_bit_exactly(tmp_path):
     hf_model, folder = hf_pretraining_model(tmp_path)
     read = checkpoints.read_checkpoint(str(folder), "hf")
-    config = read.config
-    flat = read.params
-    report = read.missing
+    config, flat, report = read.config, read.params, read.missing
     assert report == []
     checkpoints.write_checkpoint(str(tmp_path / "ours"), "bert_jax", config, flat)
     read = checkpoints.read_checkpoint(str(tmp_path / "ours"), "bert_jax")
-    config2 = read.config
-    flat2 = read.params
+    config2, flat2 = read.config, read.params
     assert config2 == config
     checkpoints.write_checkpoint(str(tmp_path / "back"), "hf", config2, flat2)
 
@@ -102,8 +99,7 @@ def test_export_to_hf_round_trips_bit_exactly(tmp_path):
 def test_export_encoder_only_loads_as_bert_model(tmp_path):
     _, folder = hf_pretraining_model(tmp_path)
     read = checkpoints.read_checkpoint(str(folder), "hf")
-    config = read.config
-    flat = read.params
+    config, flat = read.config, read.params
     encoder = {k: v for k, v in flat.items() if k.startswith("bert/")}
     checkpoints.write_checkpoint(str(tmp_path / "enc"), "hf", config, encoder)
     assert json.loads((tmp_path / "enc" / "config.json").read_text())["architectures"] == [
@@ -206,9 +202,7 @@ def test_real_weights_match_transformers_bert_model(tmp_path):
 
 def test_real_checkpoint_reports_missing_heads():
     read = checkpoints.read_checkpoint(minilm_folder(), "hf")
-    config = read.config
-    flat = read.params
-    report = read.missing
+    config, flat, report = read.config, read.params, read.missing
     vocab = read.vocab_file
     assert config.num_hidden_layers == 6 and config.hidden_size == 384
     assert any("masked-LM head" in line for line in report)
@@ -274,8 +268,7 @@ def test_existing_output_is_kept_without_overwrite(tmp_path):
     assert result.returncode != 0 and "--overwrite" in result.stderr
     assert (out / "keep.txt").read_text() == "mine"
     read = checkpoints.read_checkpoint(str(folder), "hf")
-    config = read.config
-    flat = read.params
+    config, flat = read.config, read.params
     checkpoints.write_checkpoint(str(out), "bert_jax", config, flat, overwrite=True)
     assert not (out / "keep.txt").exists() and (out / "config.json").exists()
 
@@ -283,10 +276,9 @@ def test_existing_output_is_kept_without_overwrite(tmp_path):
 def test_crash_mid_write_leaves_nothing_under_final_name(tmp_path, monkeypatch):
     _, folder = hf_pretraining_model(tmp_path)
     read = checkpoints.read_checkpoint(str(folder), "hf")
-    config = read.config
-    flat = read.params
+    config, flat = read.config, read.params
 
-    def crash(folder, config, flat):
+    def crash(folder, config, flat, task=None):
         (open(os.path.join(folder, "model.safetensors"), "wb")).write(b"half")
         raise RuntimeError("killed")
 

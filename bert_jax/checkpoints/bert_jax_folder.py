@@ -1,26 +1,39 @@
 """The `bert_jax` checkpoint folder: params for fine-tuning and export.
 
-    DIR/config.json   the BertConfig (bert_jax.model_config)
-    DIR/params/       an Orbax PyTree of the parameters, nested by path
-    DIR/vocab.txt     the WordPiece vocabulary, when known
+    DIR/config.json            the BertConfig (bert_jax.model.config)
+    DIR/params/                an Orbax PyTree of the parameters, nested by path
+    DIR/vocab.txt              the WordPiece vocabulary, when known
+    DIR/tokenizer_config.json  do_lower_case and special tokens (transformers' file)
+    DIR/task.json              a fine-tuned model's head: architecture, labels
 
-Parameters use the paths of `BertForPreTraining` (bert_jax.params), so the
-folder may hold the encoder alone or the encoder with its pretraining heads.
+Parameters use the paths of our models (checkpoints.flat_params): the encoder
+under `bert/`, with pretraining heads (`mlm_head/`, `nsp_head/`) or a task
+head (`classifier/`, `qa_outputs/`).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
-import shutil
 
 import numpy as np
 
-from bert_jax.checkpoints.flat_params import CheckpointData, flatten, nest, vocab_file_beside
+from bert_jax.checkpoints.flat_params import (
+    CheckpointData,
+    TaskHead,
+    flatten,
+    nest,
+    read_do_lower_case,
+    vocab_file_beside,
+    write_tokenizer_files,
+)
 from bert_jax.fileio.atomic_output import atomic_directory
 from bert_jax.model.config import BertConfig
 
 CONFIG_FILE = "config.json"
 PARAMS_DIR = "params"
 VOCAB_FILE = "vocab.txt"
+TASK_FILE = "task.json"
 
 
 def _this_process_only_checkpointer():
@@ -39,15 +52,26 @@ def _this_process_only_checkpointer():
 
 
 def save(path: str, config: BertConfig, flat: dict[str, np.ndarray], *,
-         vocab_file: str | None = None, overwrite: bool = False) -> None:
-    """Writes a bert_jax checkpoint folder atomically."""
+         vocab_file: str | None = None, overwrite: bool = False,
+         do_lower_case: bool | None = None, task: TaskHead | None = None,
+         task_meta: dict | None = None) -> None:
+    """Writes a bert_jax checkpoint folder atomically.
+
+    The tokenizer travels with it (vocab.txt, and tokenizer_config.json when
+    the casing is known); a fine-tuned head is described in task.json
+    (`task`, plus any `task_meta` such as the task's name).
+    """
     with atomic_directory(path, overwrite=overwrite) as tmp:
         config.to_json_file(os.path.join(tmp, CONFIG_FILE))
         tree = nest({k: np.asarray(v) for k, v in flat.items()})
         with _this_process_only_checkpointer() as checkpointer:
             checkpointer.save(os.path.join(tmp, PARAMS_DIR), tree)
-        if vocab_file:
-            shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB_FILE))
+        write_tokenizer_files(tmp, vocab_file, do_lower_case, config.max_position_embeddings)
+        if task is not None:
+            with open(os.path.join(tmp, TASK_FILE), "w") as f:
+                json.dump({**(task_meta or {}), **dataclasses.asdict(task)}, f, indent=2,
+                          sort_keys=True)
+                f.write("\n")
 
 
 def is_checkpoint(path: str) -> bool:
@@ -66,4 +90,11 @@ def load(path: str) -> CheckpointData:
     config = BertConfig.from_json_file(os.path.join(path, CONFIG_FILE))
     with _this_process_only_checkpointer() as checkpointer:
         tree = checkpointer.restore(os.path.abspath(os.path.join(path, PARAMS_DIR)))
-    return CheckpointData(config, flatten(tree), [], vocab_file_beside(path))
+    task = None
+    if os.path.exists(os.path.join(path, TASK_FILE)):
+        with open(os.path.join(path, TASK_FILE)) as f:
+            meta = json.load(f)
+        task = TaskHead(meta["architecture"], tuple(meta.get("labels", ())),
+                        meta.get("problem_type", ""))
+    return CheckpointData(config, flatten(tree), [], vocab_file_beside(path),
+                          read_do_lower_case(path), task)

@@ -8,7 +8,9 @@ it has from a flat dict, and a checkpoint of any model converts to any other.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,21 +18,67 @@ from flax import nnx
 
 from bert_jax.model.config import BertConfig
 
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskHead:
+    """The fine-tuned head a checkpoint carries besides the encoder."""
+
+    architecture: str  # transformers' class: BertForSequenceClassification, ...
+    labels: tuple[str, ...] = ()  # label names in id order; () for regression / spans
+    problem_type: str = ""  # transformers' problem_type ("regression", ...)
+
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointData:
     """What a checkpoint reader found, in any format."""
 
     config: BertConfig
-    params: dict[str, np.ndarray]  # flat: '/'-joined BertForPreTraining paths -> arrays
+    params: dict[str, np.ndarray]  # flat: '/'-joined model paths -> arrays
     missing: list[str]  # parts the checkpoint lacks (e.g. "no pooler"), one line each
     vocab_file: str | None = None  # the vocab.txt stored beside the weights, if any
+    do_lower_case: bool | None = None  # from tokenizer_config.json; None: not recorded
+    task: TaskHead | None = None  # a fine-tuned head (classifier/, qa_outputs/), if any
 
 
 def vocab_file_beside(folder: str) -> str | None:
     """FOLDER/vocab.txt if it exists (every format keeps its vocabulary there)."""
     path = os.path.join(folder, "vocab.txt")
     return path if os.path.exists(path) else None
+
+
+def read_do_lower_case(folder: str) -> bool | None:
+    """do_lower_case of FOLDER/tokenizer_config.json (transformers' file), if recorded."""
+    path = os.path.join(folder, TOKENIZER_CONFIG)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        value = json.load(f).get("do_lower_case")
+    return None if value is None else bool(value)
+
+
+def write_tokenizer_files(folder: str, vocab_file: str | None, do_lower_case: bool | None,
+                          model_max_length: int) -> None:
+    """vocab.txt, tokenizer_config.json and special_tokens_map.json, as transformers reads them.
+
+    `AutoTokenizer.from_pretrained(folder)` then tokenizes as our FullTokenizer
+    does, with the casing the model was trained with (never lower-casing a
+    cased model by default).
+    """
+    if vocab_file:
+        shutil.copyfile(vocab_file, os.path.join(folder, "vocab.txt"))
+    if do_lower_case is None:
+        return
+    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+               "cls_token": "[CLS]", "mask_token": "[MASK]"}
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(do_lower_case),
+              "strip_accents": None, "tokenize_chinese_chars": True, "do_basic_tokenize": True,
+              "model_max_length": model_max_length, **special}
+    for name, values in ((TOKENIZER_CONFIG, config), ("special_tokens_map.json", special)):
+        with open(os.path.join(folder, name), "w") as f:
+            json.dump(values, f, indent=2, sort_keys=True)
+            f.write("\n")
 
 
 def _path_str(path) -> str:

@@ -11,13 +11,18 @@ loads into any of our models; `python -m bert_jax.convert` is the CLI.
 from __future__ import annotations
 
 import os
-import shutil
 
 import numpy as np
 from flax import nnx
 
 from bert_jax.checkpoints import bert_jax_folder, hf_format, tf_v1_format
-from bert_jax.checkpoints.flat_params import CheckpointData, load_flat_params, param_paths
+from bert_jax.checkpoints.flat_params import (
+    CheckpointData,
+    TaskHead,
+    load_flat_params,
+    param_paths,
+    write_tokenizer_files,
+)
 from bert_jax.checkpoints.weight_names import ENCODER_PREFIX
 from bert_jax.fileio.atomic_output import atomic_directory
 from bert_jax.model.config import BertConfig
@@ -40,15 +45,21 @@ def read_checkpoint(path: str, fmt: str | None = None) -> CheckpointData:
 
 
 def write_checkpoint(path: str, fmt: str, config: BertConfig, flat: dict[str, np.ndarray], *,
-                     vocab_file: str | None = None, overwrite: bool = False) -> None:
-    """Writes a checkpoint atomically (temporary folder, then rename)."""
+                     vocab_file: str | None = None, overwrite: bool = False,
+                     do_lower_case: bool | None = None, task: TaskHead | None = None) -> None:
+    """Writes a checkpoint atomically (temporary folder, then rename).
+
+    The tokenizer goes with it: vocab.txt, and tokenizer_config.json when
+    `do_lower_case` is known. `task`: a fine-tuned head to write as its
+    transformers architecture (hf) or task.json (bert_jax).
+    """
     if fmt == "bert_jax":
-        bert_jax_folder.save(path, config, flat, vocab_file=vocab_file, overwrite=overwrite)
+        bert_jax_folder.save(path, config, flat, vocab_file=vocab_file, overwrite=overwrite,
+                             do_lower_case=do_lower_case, task=task)
     elif fmt == "hf":
         with atomic_directory(path, overwrite=overwrite) as tmp:
-            hf_format.save(tmp, config, flat)
-            if vocab_file:
-                shutil.copyfile(vocab_file, os.path.join(tmp, "vocab.txt"))
+            hf_format.save(tmp, config, flat, task)
+            write_tokenizer_files(tmp, vocab_file, do_lower_case, config.max_position_embeddings)
     else:
         raise ValueError(f"--output_format={fmt!r} is not one of {OUTPUT_FORMATS}")
 
@@ -70,6 +81,9 @@ def detect_format(path: str) -> str:
     if bert_jax_folder.is_checkpoint(path):
         return "bert_jax"
     if os.path.isdir(os.path.join(path, "checkpoints")):
+        if os.path.isdir(os.path.join(path, "best")):
+            raise ValueError(f"{path} is a fine-tuning workdir, not a checkpoint: use "
+                             f"{path}/best (the best checkpoint by the task's main metric)")
         raise ValueError(f"{path} is a pretraining workdir, not a checkpoint: use {path}/export "
                          "(or, to continue its optimizer state, train.init_mode='full')")
     weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

@@ -14,11 +14,19 @@ import os
 
 import numpy as np
 
-from bert_jax.checkpoints.flat_params import CheckpointData, vocab_file_beside
+from bert_jax.checkpoints.flat_params import (
+    CheckpointData,
+    TaskHead,
+    read_do_lower_case,
+    vocab_file_beside,
+)
 from bert_jax.checkpoints.weight_names import (
     ENCODER_PREFIX,
+    TASK_HEADS,
+    encoder_names,
     export_tensor,
     import_tensors,
+    task_head_names,
     weight_names,
 )
 from bert_jax.model.config import BertConfig
@@ -94,7 +102,7 @@ def _read_state_dict(folder: str) -> dict[str, np.ndarray]:
 def _canonical_key(key: str) -> str:
     # BertModel saves without the "bert." prefix; old checkpoints name
     # LayerNorm parameters gamma/beta.
-    if not key.startswith(("bert.", "cls.")):
+    if not key.startswith(("bert.", "cls.", "classifier.", "qa_outputs.")):
         key = "bert." + key
     if ".LayerNorm." in key:
         key = key.replace(".gamma", ".weight").replace(".beta", ".bias")
@@ -121,47 +129,92 @@ def load(folder: str) -> CheckpointData:
                          "embeddings; untied MLM decoders are not supported")
 
     names = weight_names(config)
+    task = _task_head(folder, state)
+    if task is not None:
+        kernel = TASK_HEADS[task.architecture][1] + ".weight"
+        names += task_head_names(config, task.architecture, state[kernel].shape[0])
     known = {n.hf for n in names} | set(_TIED_OR_BUFFERS)
     unknown = sorted(set(state) - known)
     if unknown:
         raise ValueError(f"{folder}: unknown tensor(s) {unknown[:8]} ({len(unknown)} in all); "
                          "not a BERT checkpoint we can read")
-    flat, report = import_tensors(config, set(state), state.__getitem__, "hf", folder)
-    return CheckpointData(config, flat, report, vocab_file_beside(folder))
+    flat, report = import_tensors(config, set(state), state.__getitem__, "hf", folder, names)
+    if task is not None:
+        report = [line for line in report if "head" not in line]  # a fine-tuned model
+    return CheckpointData(config, flat, report, vocab_file_beside(folder),
+                          read_do_lower_case(folder), task)
 
 
-def hf_config_dict(config: BertConfig, architecture: str) -> dict:
-    """A transformers config.json for our config."""
+def _task_head(folder: str, state: dict) -> TaskHead | None:
+    """The fine-tuned head of a BertFor<Task> folder (from config.json), or None."""
+    with open(os.path.join(folder, "config.json")) as f:
+        hf = json.load(f)
+    architecture = (hf.get("architectures") or [""])[0]
+    if architecture not in TASK_HEADS:
+        if any(k.startswith(("classifier.", "qa_outputs.")) for k in state):
+            raise ValueError(f"{folder}: task head tensors, but config.json's architectures "
+                             f"{hf.get('architectures')} name none of {sorted(TASK_HEADS)}")
+        return None
+    id2label = hf.get("id2label") or {}
+    labels = tuple(id2label[k] for k in sorted(id2label, key=int))
+    if hf.get("problem_type") == "regression" or architecture in (
+            "BertForQuestionAnswering", "BertForMultipleChoice"):
+        labels = ()
+    return TaskHead(architecture, labels, hf.get("problem_type") or "")
+
+
+def hf_config_dict(config: BertConfig, architecture: str, task: TaskHead | None = None,
+                   num_outputs: int = 0) -> dict:
+    """A transformers config.json for our config (and a fine-tuned head's labels)."""
     values = {k: getattr(config, k) for k in _CONFIG_FIELDS}
     values.update(architectures=[architecture], model_type="bert",
                   hidden_act=_OURS_TO_HF_ACT[config.hidden_act],
                   position_embedding_type="absolute", pad_token_id=0, dtype="float32",
                   tie_word_embeddings=True)
+    if task is not None and architecture != "BertForMultipleChoice":
+        labels = task.labels or tuple(f"LABEL_{i}" for i in range(num_outputs))
+        values.update(num_labels=num_outputs, id2label=dict(enumerate(labels)),
+                      label2id={label: i for i, label in enumerate(labels)})
+        if task.problem_type:
+            values["problem_type"] = task.problem_type
     return values
 
 
-def save(folder: str, config: BertConfig, flat: dict[str, np.ndarray]) -> str:
+def save(folder: str, config: BertConfig, flat: dict[str, np.ndarray],
+         task: TaskHead | None = None) -> str:
     """Writes `flat` as a transformers folder (into `folder`, which must exist and be empty).
 
-    BertForPreTraining when both heads are present, else BertModel (encoder
-    keys without the `bert.` prefix, as transformers saves it). Returns the
-    architecture written.
+    With `task`, its architecture (BertForSequenceClassification, ...: the
+    encoder under `bert.`, the head, the labels in config.json); otherwise
+    BertForPreTraining when both pretraining heads are present, else BertModel
+    (encoder keys without the `bert.` prefix, as transformers saves it).
+    Returns the architecture written.
     """
     from safetensors.numpy import save_file
 
-    names = weight_names(config)
-    has_heads = all(n.ours in flat for n in names)
-    architecture = "BertForPreTraining" if has_heads else "BertModel"
+    num_outputs = 0
+    if task is not None:
+        architecture, prefix = task.architecture, True
+        ours_kernel = TASK_HEADS[architecture][0] + "/kernel"
+        if ours_kernel not in flat:
+            raise KeyError(f"cannot export a {architecture}: parameter {ours_kernel} is missing")
+        num_outputs = flat[ours_kernel].shape[-1]
+        names = (encoder_names(config, architecture)
+                 + task_head_names(config, architecture, num_outputs))
+    else:
+        names = weight_names(config)
+        prefix = all(n.ours in flat for n in names)
+        architecture = "BertForPreTraining" if prefix else "BertModel"
+        names = [n for n in names if prefix or n.ours.startswith(ENCODER_PREFIX)]
     tensors = {}
     for name in names:
-        if not has_heads and not name.ours.startswith(ENCODER_PREFIX):
-            continue
         if name.ours not in flat:
             raise KeyError(f"cannot export: parameter {name.ours} is missing")
-        key = name.hf if has_heads else name.hf[len("bert."):]
+        key = name.hf if prefix else name.hf[len("bert."):]
         tensors[key] = export_tensor(name, flat[name.ours], "hf").astype(np.float32)
     save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(hf_config_dict(config, architecture), f, indent=2, sort_keys=True)
+        json.dump(hf_config_dict(config, architecture, task, num_outputs), f, indent=2,
+                  sort_keys=True)
         f.write("\n")
     return architecture

@@ -92,16 +92,49 @@ def weight_names(config: BertConfig) -> list[WeightName]:
     return names
 
 
+# Fine-tuned heads: our path prefix, transformers' module name, google-research/bert's
+# variables (run_classifier's output_weights [labels, hidden], run_squad's cls/squad/*).
+TASK_HEADS = {
+    "BertForSequenceClassification": ("classifier", "classifier", "output"),
+    "BertForTokenClassification": ("classifier", "classifier", "output"),
+    "BertForMultipleChoice": ("classifier", "classifier", "output"),
+    "BertForQuestionAnswering": ("qa_outputs", "qa_outputs", "cls/squad/output"),
+}
+# transformers builds these without the pooler (add_pooling_layer=False).
+NO_POOLER = ("BertForTokenClassification", "BertForQuestionAnswering")
+
+
+def task_head_names(config: BertConfig, architecture: str, num_outputs: int) -> list[WeightName]:
+    """The head of a fine-tuned `architecture` with `num_outputs` outputs, in all three names."""
+    if architecture not in TASK_HEADS:
+        raise ValueError(f"unknown task architecture {architecture!r}; known: "
+                         f"{sorted(TASK_HEADS)}")
+    ours, hf, tf = TASK_HEADS[architecture]
+    h = config.hidden_size
+    return [WeightName(f"{ours}/kernel", f"{hf}.weight", f"{tf}_weights", "linear_tf_out_in",
+                       (h, num_outputs), (h, num_outputs)),
+            WeightName(f"{ours}/bias", f"{hf}.bias", f"{tf}_bias", "plain", (num_outputs,),
+                       (num_outputs,))]
+
+
+def encoder_names(config: BertConfig, architecture: str) -> list[WeightName]:
+    """The encoder rows a fine-tuned `architecture` keeps (transformers' layout of it)."""
+    return [n for n in weight_names(config) if n.ours.startswith(ENCODER_PREFIX)
+            and not (architecture in NO_POOLER and n.ours.startswith("bert/pooler/"))]
+
+
 def import_tensors(config: BertConfig, keys: set[str], get, framework: str,
-                   source: str) -> tuple[dict[str, np.ndarray], list[str]]:
+                   source: str, names: list[WeightName] | None = None
+                   ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Reads every parameter a checkpoint has, in our layout.
 
     keys: the checkpoint's tensor names; get(key) -> array; framework "hf" or
-    "tf". Returns (flat params, report of the absent parts). Raises KeyError
-    naming the encoder tensors that are missing (a pooler or head may be).
+    "tf"; names: the rows to look for (default: BertForPreTraining's). Returns
+    (flat params, report of the absent parts). Raises KeyError naming the
+    encoder tensors that are missing (a pooler or head may be).
     """
     flat, missing = {}, []
-    for name in weight_names(config):
+    for name in names if names is not None else weight_names(config):
         key = name.hf if framework == "hf" else name.tf
         if key not in keys:
             missing.append(name)

@@ -42,6 +42,7 @@ class LoopSettings:
     peak_flops: float  # of all devices together
     # Metric name -> short label on the log line (all metrics go to metrics.jsonl).
     log_labels: tuple[tuple[str, str], ...] = ()
+    progress_bar: bool = False  # a tqdm bar on stderr (steps, ETA, examples/s), process 0
 
 
 @dataclasses.dataclass
@@ -77,9 +78,14 @@ def train(state: Any, train_step: Callable, batches: Iterator, *, step: int,
     history: list = []
     last: dict = {}
     interval_start, interval_step = time.perf_counter(), step
+    paused = 0.0  # seconds of this interval spent evaluating: not training throughput
+    bar = _progress_bar(s, step)
 
     def run_eval(final: bool) -> dict:
+        nonlocal paused
+        started = time.perf_counter()
         result = evaluate(state, step) if evaluate is not None else {}
+        paused += time.perf_counter() - started
         if result:
             writer.write(step, result)
             report(f"{'final eval' if final else 'eval'} at step {step}: "
@@ -94,18 +100,24 @@ def train(state: Any, train_step: Callable, batches: Iterator, *, step: int,
             # Leave compilation out of the first interval's throughput.
             jax.block_until_ready(metrics)
             interval_start, interval_step = time.perf_counter(), step
+        if bar is not None:
+            bar.update(1)
         if not host_values(metrics["finite"]):
             checkpointer.wait_until_finished()
             raise FloatingPointError(
                 f"non-finite loss or gradient at step {step}; nothing was saved over the last "
                 f"good checkpoint (step {checkpointer.latest_step()}) in {checkpointer.directory}")
         if step % s.log_every == 0 or step == s.num_steps:
-            seconds = time.perf_counter() - interval_start
+            seconds = time.perf_counter() - interval_start - paused
             last = _interval_metrics(host_values(history), step - interval_step, seconds, s)
             writer.write(step, last)
             report(_log_line(step, last, (s.num_steps - step) * seconds
                              / max(step - interval_step, 1), s))
             history, interval_start, interval_step = [], time.perf_counter(), step
+            paused = 0.0
+            if bar is not None:
+                bar.set_postfix_str(f"{last['sequences_per_second']:.1f} ex/s "
+                                    f"loss {last['loss']:.4f}", refresh=False)
         if s.eval_every and step % s.eval_every == 0 and step != s.num_steps:
             run_eval(final=False)
         if step != s.num_steps:
@@ -115,15 +127,28 @@ def train(state: Any, train_step: Callable, batches: Iterator, *, step: int,
         if preemption.agreed():
             checkpointer.save(step, state, force=True, **save_extras)
             checkpointer.wait_until_finished()
+            if bar is not None:
+                bar.close()
             report(f"preempted: checkpoint at step {step} saved; exiting")
             return LoopResult(state, step, last, preempted=True, trained=step > first_step)
 
+    if bar is not None:
+        bar.close()
     checkpointer.save(step, state, force=True, **save_extras)  # no-op if already saved
     trained = step > first_step  # False when restarted after the run had finished
     if trained:
         last.update(run_eval(final=True))
     checkpointer.wait_until_finished()
     return LoopResult(state, step, last, preempted=False, trained=trained)
+
+
+def _progress_bar(s: LoopSettings, step: int):
+    if not s.progress_bar or jax.process_index() != 0:
+        return None
+    import tqdm
+
+    return tqdm.tqdm(total=s.num_steps, initial=step, unit="step", mininterval=2.0,
+                     dynamic_ncols=True)
 
 
 def _interval_metrics(fetched: list[dict], steps: int, seconds: float,

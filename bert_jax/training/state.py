@@ -9,13 +9,14 @@ draws the same masks as an uninterrupted one.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.training import mesh as mesh_lib
 
@@ -33,6 +34,31 @@ def init_train_state(params: dict, optimizer: optax.GradientTransformation,
 def pure_params(model: nnx.Module) -> dict:
     """The model's Params as a nested dict of arrays (what the state holds)."""
     return nnx.to_pure_dict(nnx.state(model, nnx.Param))
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedModel:
+    """A model's structure laid out on the device mesh (nothing is allocated)."""
+
+    mesh: Mesh
+    graphdef: Any  # nnx.graphdef: the static half the steps merge params into
+    abstract_params: dict  # ShapeDtypeStructs, nested like pure_params
+    param_shardings: dict  # NamedShardings by the config's logical-axis rules
+    batch_sharding: NamedSharding  # a batch's leading axis over the `batch` rule
+    replicated: NamedSharding
+
+
+def shard_model(make_model: Callable[[], nnx.Module], mesh_config) -> ShardedModel:
+    """The mesh of `mesh_config` (data, fsdp, tensor, rules) and the model laid out on it."""
+    device_mesh = mesh_lib.make_mesh(mesh_config.data, mesh_config.fsdp, mesh_config.tensor)
+    rules = mesh_lib.rules_from_config(mesh_config.rules)
+    abstract_model = nnx.eval_shape(make_model)
+    return ShardedModel(
+        mesh=device_mesh, graphdef=nnx.graphdef(abstract_model),
+        abstract_params=pure_params(abstract_model),
+        param_shardings=mesh_lib.param_shardings(abstract_model, device_mesh, rules),
+        batch_sharding=mesh_lib.batch_sharding(device_mesh, rules),
+        replicated=mesh_lib.replicated(device_mesh))
 
 
 def state_shardings(optimizer: optax.GradientTransformation, abstract_params: dict,
