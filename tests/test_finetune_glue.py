@@ -254,3 +254,24 @@ def test_tensorflow_datasets_source(tmp_path, tiny):
     assert results["num_train_examples"] == 32 and "eval_f1" in results
     rows = open(tmp_path / "predictions" / "MRPC.tsv").read().splitlines()
     assert rows[0] == "index\tprediction" and len(rows) == 33
+
+
+def test_sweep_runs_the_grid_once_and_reports_the_best_median(tmp_path, tiny):
+    config = config_for("sst2,sweep=paper,seeds=0|1", tiny)
+    config.sweep.learning_rates = [1e-3, 1e-4]
+    config.sweep.batch_sizes = [16]
+    config.sweep.epochs = [1.0]
+    summary = glue.train_and_evaluate(config, str(tmp_path))
+    rows = [json.loads(line) for line in open(tmp_path / "sweep.jsonl")]
+    assert sorted(r["trial"] for r in rows) == sorted(
+        f"lr{lr:g}_bs16_ep1_seed{s}" for lr in (1e-3, 1e-4) for s in (0, 1))
+    by_setting = {}
+    for r in rows:
+        by_setting.setdefault(r["learning_rate"], []).append(r["eval_accuracy"])
+    best_lr = max(by_setting, key=lambda lr: np.median(by_setting[lr]))
+    assert summary["best_setting"]["learning_rate"] == best_lr
+    assert summary["best_setting_median_eval_accuracy"] == np.median(by_setting[best_lr])
+    assert len(open(tmp_path / "predictions" / "SST-2.tsv").readlines()) == 25
+    # A restarted sweep runs nothing again.
+    again = glue.train_and_evaluate(config, str(tmp_path))
+    assert len(open(tmp_path / "sweep.jsonl").readlines()) == 4 and again == summary

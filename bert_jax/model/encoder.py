@@ -258,5 +258,9 @@ class BertModel(nnx.Module):
         x, hidden_states = self.encoder(x, attention_mask_4d(attention_mask),
                                         deterministic=deterministic, rngs=rngs,
                                         output_hidden_states=output_hidden_states)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))
-        return BertOutput(sequence_output=x, pooled_output=pooled, hidden_states=hidden_states)
+        return BertOutput(sequence_output=x, pooled_output=self.pool(x[:, 0]),
+                          hidden_states=hidden_states)
+
+    def pool(self, cls_hidden: jax.Array) -> jax.Array:
+        """The pooler: tanh(dense(h)) of [CLS] hidden states [..., embed]."""
+        return jnp.tanh(self.pooler(cls_hidden))

@@ -95,11 +95,22 @@ class BertForSequenceClassification(_DropoutDenseHead):
     def __init__(self, config: BertConfig, num_labels: int, *, rngs: nnx.Rngs):
         super().__init__(config, num_labels, rngs)
 
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, *,
-                 deterministic=True, rngs=None) -> jax.Array:
-        """Logits [batch, num_labels]."""
-        pooled = self.bert(input_ids, token_type_ids, attention_mask,
-                           deterministic=deterministic, rngs=rngs).pooled_output
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
+                 cls_positions=None, *, deterministic=True, rngs=None) -> jax.Array:
+        """Logits [batch, num_labels], or [num_examples, num_labels] for packed rows.
+
+        Packed rows hold several examples each: `attention_mask` is then a
+        block-diagonal [batch, length, length] mask, `position_ids` restart at
+        each example, and `cls_positions` int [num_examples] are the flat
+        indices (row * length + offset) of each example's [CLS] token, whose
+        pooled output is classified.
+        """
+        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
+                        deterministic=deterministic, rngs=rngs)
+        pooled = out.pooled_output
+        if cls_positions is not None:
+            flat = out.sequence_output.reshape(-1, out.sequence_output.shape[-1])
+            pooled = self.bert.pool(flat[cls_positions])  # [num_examples, embed]
         return self._head(pooled, deterministic, rngs)
 
 

@@ -12,20 +12,26 @@ leaderboard's format under WORKDIR/predictions/.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
 import os
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 from absl import logging
 
 from bert_jax.checkpoints import read_checkpoint
 from bert_jax.checkpoints.flat_params import TaskHead
+from bert_jax.fileio.atomic_output import atomic_file
 from bert_jax.model import BertConfig, BertForSequenceClassification
 from bert_jax.tasks import glue_data
 from bert_jax.tokenization import FullTokenizer, load_vocab
 from bert_jax.training import finetuning
+from bert_jax.training.packing import packed_attention_mask
 from bert_jax.training.preemption import Preemption
 from bert_jax.training.reporting import report
 from bert_jax.training.run_config import check_batch_split, check_positive, fail
@@ -113,6 +119,16 @@ def make_loss(task: glue_data.GlueTask):
     return loss
 
 
+def model_inputs(batch: dict) -> dict:
+    """The classifier's arguments from a batch, packed (training) or not."""
+    if "example_ids" not in batch:
+        return dict(input_ids=batch["input_ids"], token_type_ids=batch["segment_ids"],
+                    attention_mask=batch["input_mask"])
+    return dict(input_ids=batch["input_ids"], token_type_ids=batch["segment_ids"],
+                attention_mask=packed_attention_mask(batch["example_ids"]),
+                position_ids=batch["position_ids"], cls_positions=batch["cls_index"])
+
+
 def _features(examples: glue_data.Examples, tokenizer, max_seq_length: int) -> dict:
     features = glue_data.encode(examples, tokenizer, max_seq_length)
     if examples.labels is not None:
@@ -120,22 +136,32 @@ def _features(examples: glue_data.Examples, tokenizer, max_seq_length: int) -> d
     return features
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Fine-tunes config.task in `workdir`; returns WORKDIR/eval_results.json's content."""
-    preemption = Preemption()
+@dataclasses.dataclass
+class GlueRun:
+    """A task's data read and encoded once, ready for one run or a sweep of runs."""
+
+    task: glue_data.GlueTask
+    spec: finetuning.FineTuneSpec
+    tokenizer: FullTokenizer
+    test_sources: dict  # leaderboard name -> file (or tensorflow-datasets split)
+    read_examples: Callable  # (source, with_labels, is_test) -> Examples or None
+
+
+def prepare(config: ml_collections.ConfigDict) -> GlueRun:
+    """Checks the config, reads the checkpoint's config and the data, builds the task spec."""
     validate(config)
     task = task_of(config)
     checkpoint = read_checkpoint(config.init_checkpoint)
     model_config = checkpoint.config.replace(dtype=config.dtype)
     tokenizer = _tokenizer(config, checkpoint.vocab_file, checkpoint.do_lower_case, model_config)
     if config.data_source == "tfds":
-        paths = glue_data.tfds_splits(task)
+        sources = glue_data.tfds_splits(task)
 
         def read_examples(source, with_labels, is_test=False):
             return glue_data.read_tfds_split(task, source, with_labels=with_labels,
                                              data_dir=config.tfds_data_dir)
     else:
-        paths = glue_data.split_paths(task, config.data_dir)
+        sources = glue_data.split_paths(task, config.data_dir)
 
         def read_examples(source, with_labels, is_test=False):
             if is_test and not os.path.exists(source):
@@ -143,9 +169,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             return glue_data.read_split(task, source, with_labels=with_labels,
                                         is_test=is_test)
 
-    train = read_examples(paths["train"], True)
-    train_features = _features(train, tokenizer, config.max_seq_length)
-    eval_sets = {name: read_examples(source, True) for name, source in paths["eval"].items()}
+    train = read_examples(sources["train"], True)
+    eval_sets = {name: read_examples(source, True) for name, source in sources["eval"].items()}
     eval_features = {name: _features(ex, tokenizer, config.max_seq_length)
                      for name, ex in eval_sets.items()}
     report(f"{task.name}: {len(train)} training examples, "
@@ -154,8 +179,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     def evaluate(predict) -> dict:
         metrics = {}
         for name, features in eval_features.items():
-            logits = predict(features)
-            predictions = glue_data.predictions_from_logits(task, logits)
+            predictions = glue_data.predictions_from_logits(task, predict(features))
             scores = glue_data.compute_metrics(task, predictions, features["label"])
             prefix = "" if len(eval_features) == 1 else f"{name}_"
             metrics.update({f"{prefix}{k}": 100.0 * v for k, v in scores.items()})
@@ -168,29 +192,132 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         make_model=lambda cfg, rngs: BertForSequenceClassification(cfg, task.num_outputs,
                                                                    rngs=rngs),
         head_prefixes=("classifier/",),
-        model_inputs=lambda b: dict(input_ids=b["input_ids"], token_type_ids=b["segment_ids"],
-                                    attention_mask=b["input_mask"]),
+        model_inputs=model_inputs,
         loss=make_loss(task),
-        train_features=train_features,
+        train_features=_features(train, tokenizer, config.max_seq_length),
         evaluate=evaluate,
         main_metric=main,
         vocab_file=config.vocab_file or checkpoint.vocab_file,
         do_lower_case=tokenizer.do_lower_case,
         head=TaskHead("BertForSequenceClassification", task.labels,
                       "regression" if task.is_regression else "single_label_classification"),
-        task_name=task.name)
-    result = finetuning.run(spec, config, workdir, preemption)
+        task_name=task.name,
+        packable=True)
+    return GlueRun(task, spec, tokenizer, sources["test"], read_examples)
 
-    for name, source in paths["test"].items():
-        test = read_examples(source, False, is_test=True)
+
+def write_test_predictions(run: GlueRun, predict, max_seq_length: int, workdir: str) -> None:
+    """WORKDIR/predictions/<Task>.tsv for every test file there is (GLUE's leaderboard format)."""
+    for name, source in run.test_sources.items():
+        test = run.read_examples(source, False, is_test=True)
         if test is None:
             report(f"no test file {source}: {name}.tsv not written")
             continue
-        logits = result.predict(_features(test, tokenizer, config.max_seq_length))
+        logits = predict(_features(test, run.tokenizer, max_seq_length))
         if jax.process_index() == 0:
             out = os.path.join(workdir, PREDICTIONS_DIR, f"{name}.tsv")
-            glue_data.write_leaderboard_file(task, out, test.ids,
-                                             glue_data.predictions_from_logits(task, logits))
+            glue_data.write_leaderboard_file(run.task, out, test.ids,
+                                             glue_data.predictions_from_logits(run.task, logits))
             report(f"wrote {out} ({len(test)} rows)")
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Fine-tunes config.task in `workdir` (or sweeps, with config.sweep.enabled).
+
+    Returns WORKDIR/eval_results.json's content ({} when SIGTERM stopped it).
+    """
+    preemption = Preemption()
+    if config.sweep.enabled:
+        return sweep(config, workdir, preemption)
+    run = prepare(config)
+    result = finetuning.run(run.spec, config, workdir, preemption)
+    if result.preempted:
+        return {}
+    write_test_predictions(run, result.predict, config.max_seq_length, workdir)
     return finetuning.read_results(workdir)
 
+
+SWEEP_ROWS = "sweep.jsonl"
+SWEEP_RESULTS = "sweep_results.json"
+
+
+def sweep_grid(config: ml_collections.ConfigDict) -> list[dict]:
+    """The trials of config.sweep: every learning rate x batch size x epochs x seed."""
+    s = config.sweep
+    return [{"learning_rate": float(lr), "train_batch_size": int(bs),
+             "num_train_epochs": float(ep), "seed": int(seed)}
+            for lr, bs, ep, seed in itertools.product(s.learning_rates, s.batch_sizes, s.epochs,
+                                                      s.seeds)]
+
+
+def trial_name(trial: dict) -> str:
+    return (f"lr{trial['learning_rate']:g}_bs{trial['train_batch_size']}"
+            f"_ep{trial['num_train_epochs']:g}_seed{trial['seed']}")
+
+
+def sweep(config: ml_collections.ConfigDict, workdir: str, preemption: Preemption) -> dict:
+    """The BERT paper's grid in one process: one run per trial under WORKDIR/trials/.
+
+    The data are read and encoded once, and trials share compiled steps where
+    shapes agree (the learning rate is a step input). Each finished trial is
+    a row of WORKDIR/sweep.jsonl; a restarted sweep skips those and resumes
+    the interrupted one. The result: the best setting by the median over
+    seeds of the main metric (the paper's rule for small tasks), its best run,
+    and test predictions from that run's best checkpoint.
+    """
+    run = prepare(config)
+    rows_path = os.path.join(workdir, SWEEP_ROWS)
+    rows = _read_rows(rows_path)
+    done = {row["trial"] for row in rows}
+    compiled = None
+    key = f"eval_{run.spec.main_metric}"
+    for trial in sweep_grid(config):
+        name = trial_name(trial)
+        if name in done:
+            continue
+        trial_config = config.copy_and_resolve_references()
+        with trial_config.unlocked():
+            trial_config.update(trial)
+            trial_config.sweep.enabled = False
+        report(f"sweep trial {name}")
+        result = finetuning.run(run.spec, trial_config, os.path.join(workdir, "trials", name),
+                                preemption, compiled)
+        if result.preempted:
+            return {}
+        compiled = result.compiled
+        row = {"trial": name, **trial, **{k: v for k, v in result.best_metrics.items()
+                                           if k.startswith("eval_")},
+               "best_step": result.best_metrics.get("step")}
+        rows.append(row)
+        if jax.process_index() == 0:
+            with open(rows_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    settings = {}
+    for row in rows:
+        setting = (row["learning_rate"], row["train_batch_size"], row["num_train_epochs"])
+        settings.setdefault(setting, []).append(row)
+    best_setting, best_rows = max(settings.items(),
+                                  key=lambda item: np.median([r[key] for r in item[1]]))
+    best_row = max(best_rows, key=lambda r: r[key])
+    summary = {"task": run.task.name, "main_metric": run.spec.main_metric, "trials": len(rows),
+               "best_setting": dict(zip(("learning_rate", "train_batch_size",
+                                         "num_train_epochs"), best_setting)),
+               f"best_setting_median_{key}": float(np.median([r[key] for r in best_rows])),
+               "best_trial": best_row}
+    best_dir = os.path.join(workdir, "trials", best_row["trial"], finetuning.BEST_DIR)
+    predict = finetuning.load_predictor(run.spec, config, best_dir, compiled)
+    write_test_predictions(run, predict, config.max_seq_length, workdir)
+    if jax.process_index() == 0:
+        with atomic_file(os.path.join(workdir, SWEEP_RESULTS), overwrite=True) as f:
+            json.dump(summary, f, indent=2, sort_keys=True)
+    report(f"sweep: best setting {summary['best_setting']} median {key} "
+           f"{summary[f'best_setting_median_{key}']:.2f}; best trial {best_row['trial']} "
+           f"{best_row[key]:.2f}")
+    return summary
+
+
+def _read_rows(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

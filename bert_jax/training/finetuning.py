@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Callable
 
@@ -39,10 +40,12 @@ from bert_jax.training import loop, mesh
 from bert_jax.training.export import export_params
 from bert_jax.training.flops import encoder_train_flops_per_sequence, peak_flops_for_mfu
 from bert_jax.training.metrics_writer import MetricsWriter, read_metrics
-from bert_jax.training.optimizers import optimizer_and_schedule
+from bert_jax.training.optimizers import make_optimizer
+from bert_jax.training.packing import pack_batch
 from bert_jax.training.preemption import Preemption
 from bert_jax.training.reporting import host_values, report
 from bert_jax.training.run_config import save_config
+from bert_jax.training.schedules import make_learning_rate_schedule
 from bert_jax.training.state import (
     abstract_train_state,
     new_train_state,
@@ -75,6 +78,9 @@ class FineTuneSpec:
     do_lower_case: bool | None = None  # likewise (tokenizer_config.json)
     head: TaskHead | None = None  # the exported head's architecture and labels (task.json)
     task_name: str = ""  # in task.json and eval_results.json
+    # Whether training batches may be packed (training.packing): model_inputs
+    # then also receives position_ids, example_ids and cls_index.
+    packable: bool = False
 
 
 @dataclasses.dataclass
@@ -85,6 +91,44 @@ class FineTuneResult:
     final_metrics: dict  # evaluation at the end of training
     best_params: Any  # the best parameters, on the devices
     predict: Callable[[dict], Any]  # predict(features) with the best parameters
+    compiled: CompiledSteps  # pass to the next run of a sweep
+    preempted: bool = False  # SIGTERM: saved and stopped early; nothing else is set
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledSteps:
+    """The jitted train and predict steps, reusable by runs with the same `key`."""
+
+    key: tuple
+    train_step: AheadOfTime  # (state, batch, learning_rate) -> (state, metrics)
+    predict_step: Callable  # (params, batch) -> model outputs
+
+
+class AheadOfTime:
+    """A jitted step compiled once per batch shape, ahead of the loop when asked.
+
+    Compiling every length bucket before training keeps compilation out of the
+    measured throughput; calls dispatch on the batch's shapes.
+    """
+
+    def __init__(self, jitted: Callable, abstract_state: Any):
+        self._jitted = jitted
+        self._abstract_state = abstract_state
+        self._executables: dict = {}
+
+    def _key(self, batch: dict) -> tuple:
+        return tuple(sorted((k, v.shape, str(v.dtype)) for k, v in batch.items()))
+
+    def compile(self, batch: dict, learning_rate) -> None:
+        """Compiles for `batch`'s shapes (arrays or ShapeDtypeStructs with shardings)."""
+        key = self._key(batch)
+        if key not in self._executables:
+            self._executables[key] = self._jitted.lower(
+                self._abstract_state, batch, learning_rate).compile()
+
+    def __call__(self, state, batch: dict, learning_rate):
+        self.compile(batch, learning_rate)
+        return self._executables[self._key(batch)](state, batch, learning_rate)
 
 
 def num_train_steps(num_examples: int, batch_size: int, num_epochs: float) -> int:
@@ -128,18 +172,29 @@ def take_rows(features: dict, rows: np.ndarray, length: int) -> dict:
             for k, v in features.items()}
 
 
-def _local_rows(global_rows: np.ndarray) -> np.ndarray:
-    """This process's share of a global batch (contiguous rows, as global_batch expects)."""
+def _local_part(global_rows: np.ndarray) -> np.ndarray:
+    """This process's share of a global batch array (contiguous rows, as global_batch expects)."""
     local = len(global_rows) // jax.process_count()
     start = jax.process_index() * local
     return global_rows[start:start + local]
 
 
-def _padded_rows(rows: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """`rows` padded to `size` with copies of its first row, and weights 1 real / 0 padding."""
-    pad = size - len(rows)
-    weights = np.concatenate([np.ones(len(rows), np.float32), np.zeros(pad, np.float32)])
-    return np.concatenate([rows, np.repeat(rows[:1], pad)]), weights
+def _abstract_batch(features: dict, batch_size: int, length: int, sharding) -> dict:
+    """ShapeDtypeStructs of a global batch of `batch_size` rows cut to `length`."""
+    return {k: jax.ShapeDtypeStruct((batch_size, length) if v.ndim >= 2 and k != "length"
+                                    else (batch_size, *v.shape[1:]), v.dtype, sharding=sharding)
+            for k, v in features.items()}
+
+
+def _abstract_packed(example: dict, shape: tuple[int, int], sharding) -> dict:
+    """ShapeDtypeStructs of a packed batch of [rows, length] `shape` (example arrays: theirs)."""
+    return {k: jax.ShapeDtypeStruct(shape if v.ndim >= 2 else v.shape, v.dtype, sharding=sharding)
+            for k, v in example.items()}
+
+
+def _padded_rows(rows: np.ndarray, size: int) -> np.ndarray:
+    """`rows` padded to `size` with copies of its first row (their outputs are dropped)."""
+    return np.concatenate([rows, np.repeat(rows[:1], size - len(rows))])
 
 
 def load_pretrained(spec: FineTuneSpec, init_checkpoint: str, seed: int):
@@ -157,14 +212,15 @@ def load_pretrained(spec: FineTuneSpec, init_checkpoint: str, seed: int):
 
 
 def run(spec: FineTuneSpec, config: ml_collections.ConfigDict, workdir: str,
-        preemption: Preemption) -> FineTuneResult:
+        preemption: Preemption, compiled: CompiledSteps | None = None) -> FineTuneResult:
     """Fine-tunes (or resumes) in `workdir` and evaluates; see the module docstring.
 
     `config` carries run_classifier's fields (train_batch_size,
     eval_batch_size, learning_rate, num_train_epochs, warmup_proportion,
     seed, max_seq_length, init_checkpoint), the optimizer's, the loop's
     (log_every, checkpoint_every, keep_checkpoints), length_buckets,
-    freeze_encoder and mesh.
+    freeze_encoder and mesh. `compiled`: the previous run's steps (a sweep
+    reuses them when the model, optimizer kind and mesh agree).
     """
     c = config
     workdir = os.path.abspath(workdir)
@@ -183,69 +239,61 @@ def run(spec: FineTuneSpec, config: ml_collections.ConfigDict, workdir: str,
     sharded = shard_model(make_model, c.mesh)
     graphdef, abstract_params = sharded.graphdef, sharded.abstract_params
     param_shardings, batch_sharding = sharded.param_shardings, sharded.batch_sharding
-    replicated = sharded.replicated
-    optimizer, schedule = optimizer_and_schedule(
-        c.optimizer, learning_rate=c.learning_rate, num_steps=steps,
-        warmup_steps=int(steps * c.warmup_proportion), schedule="bert",
-        weight_decay=c.weight_decay, b1=c.adam_b1, b2=c.adam_b2, eps=c.adam_eps,
-        max_grad_norm=c.max_grad_norm)
-    if c.freeze_encoder:
-        optimizer = _frozen_encoder(optimizer, abstract_params)
+    # The learning rate is an input of the step (computed here from the
+    # schedule), so runs that differ only in learning rate, epochs or seed
+    # (a sweep) share one compiled step.
+    schedule = make_learning_rate_schedule(
+        peak_value=c.learning_rate, num_train_steps=steps,
+        warmup_steps=int(steps * c.warmup_proportion), kind="bert")
+    optimizer = _optimizer_with_learning_rate_input(c, abstract_params)
     shardings = state_shardings(optimizer, abstract_params, param_shardings, sharded.mesh)
-
-    def train_step(state, batch):
-        key = dropout_key(state)
-
-        def loss_of(params):
-            model = nnx.merge(graphdef, params)
-            outputs = model(**spec.model_inputs(batch), deterministic=False,
-                            rngs=nnx.Rngs(dropout=key))
-            return spec.loss(outputs, batch)
-
-        (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(state["params"])
-        return apply_gradients(state, grads, optimizer, schedule, dict(metrics, loss=loss))
-
-    def predict_step(params, batch):
-        model = nnx.merge(graphdef, params)
-        return model(**spec.model_inputs(batch), deterministic=True)
-
-    train_step = jax.jit(train_step, in_shardings=(shardings, batch_sharding),
-                         out_shardings=(shardings, replicated), donate_argnums=0)
-    predict_step = jax.jit(predict_step, in_shardings=(param_shardings, batch_sharding),
-                           out_shardings=replicated)
-
+    steps_key = (id(spec), c.optimizer, c.weight_decay, c.adam_b1, c.adam_b2, c.adam_eps,
+                 c.max_grad_norm, c.freeze_encoder, c.mesh.to_json())
+    abstract_state = abstract_train_state(optimizer, abstract_params, shardings, c.seed)
+    if compiled is None or compiled.key != steps_key:
+        train, predict = _jitted_steps(spec, graphdef, optimizer, shardings, sharded)
+        compiled = CompiledSteps(steps_key, AheadOfTime(train, abstract_state), predict)
+    train_step, predict_step = compiled.train_step, compiled.predict_step
+    learning_rate_spec = jax.ShapeDtypeStruct((), np.float32, sharding=sharded.replicated)
     def predict_with(params) -> Callable[[dict], Any]:
-        def predict(features: dict) -> Any:
-            """Model outputs for every row of `features`, in their order (host numpy)."""
-            n = len(features["input_ids"])
-            order = np.argsort(features["length"], kind="stable")  # similar lengths together
-            batch_size = c.eval_batch_size
-            chunks = []
-            for start in range(0, n, batch_size):
-                rows, _ = _padded_rows(order[start:start + batch_size], batch_size)
-                length = length_bucket(int(features["length"][rows].max()), buckets)
-                local = take_rows(features, _local_rows(rows), length)
-                out = predict_step(params, mesh.global_batch(local, batch_sharding))
-                real = min(batch_size, n - start)
-                chunks.append(jax.tree.map(lambda x: np.asarray(x)[:real], host_values(out)))
-            outputs = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
-            inverse = np.empty(n, np.int64)
-            inverse[order] = np.arange(n)
-            return jax.tree.map(lambda x: x[inverse], outputs)
-        return predict
+        return make_predict(params, predict_step, batch_sharding, c.eval_batch_size, buckets)
+
+    packing = c.packing and spec.packable
+    row_multiple = math.lcm(4, jax.device_count() // max(c.mesh.tensor, 1))
 
     # Batches: a function of the step, so resuming needs no iterator state.
+    def host_batch(step: int) -> dict:
+        """The whole global batch of `step`, packed or cut to its length bucket."""
+        rows = train_batch_indices(step, c.train_batch_size, num_examples, c.seed)
+        length = length_bucket(int(spec.train_features["length"][rows].max()), buckets)
+        if packing:
+            # Rows as long as the batch's bucket, but at least packed_row_length: attention
+            # (and its dropout) grows with the square of the row, so short rows pay.
+            row_length = max(length, min(c.packed_row_length, c.max_seq_length))
+            return pack_batch(take_rows(spec.train_features, rows, row_length), row_length,
+                              row_multiple)
+        return take_rows(spec.train_features, rows, length)
+
     def batches(first_step: int):
         for step in range(first_step, steps):
-            rows = train_batch_indices(step, c.train_batch_size, num_examples, c.seed)
-            length = length_bucket(int(spec.train_features["length"][rows].max()), buckets)
-            yield mesh.global_batch(take_rows(spec.train_features, _local_rows(rows), length),
-                                    batch_sharding)
+            local = {k: _local_part(v) for k, v in host_batch(step).items()}
+            yield mesh.global_batch(local, batch_sharding), np.float32(schedule(step))
+
+    # Every training shape is compiled now, not inside the timed loop.
+    if packing:
+        shapes = {host_batch(s)["input_ids"].shape for s in range(steps)}
+        example = host_batch(0)
+        for shape in sorted(shapes):
+            train_step.compile(_abstract_packed(example, shape, batch_sharding),
+                               learning_rate_spec)
+    else:
+        for length in buckets:
+            train_step.compile(_abstract_batch(spec.train_features, c.train_batch_size, length,
+                                               batch_sharding), learning_rate_spec)
 
     # State: resume, or the pretrained encoder with a fresh head.
     checkpointer = Checkpointer(workdir, save_interval_steps=c.checkpoint_every or steps_per_epoch,
                                 max_to_keep=c.keep_checkpoints)
-    abstract_state = abstract_train_state(optimizer, abstract_params, shardings, c.seed)
     restored = checkpointer.restore_latest(abstract_state)
     if restored is not None:
         state = restored.state
@@ -281,13 +329,14 @@ def run(spec: FineTuneSpec, config: ml_collections.ConfigDict, workdir: str,
         peak_flops=peak_flops_for_mfu() * jax.device_count(),
         log_labels=(("accuracy", "acc"),), progress_bar=c.progress_bar)
     writer = MetricsWriter(workdir, resume_step=step, enabled=jax.process_index() == 0)
-    result = loop.train(state, train_step, batches(step), step=step, settings=settings,
+    result = loop.train(state, lambda state, item: train_step(state, *item), batches(step),
+                        step=step, settings=settings,
                         checkpointer=checkpointer, writer=writer, preemption=preemption,
                         evaluate=evaluate)
     checkpointer.close()
     writer.close()
     if result.preempted:
-        raise SystemExit(0)
+        return FineTuneResult({}, {}, None, None, compiled, preempted=True)
 
     final = {k: v for k, v in result.last_metrics.items() if k.startswith("eval_")}
     if not final:  # restarted after the end: evaluate the final state again
@@ -307,12 +356,97 @@ def run(spec: FineTuneSpec, config: ml_collections.ConfigDict, workdir: str,
         _write_json(os.path.join(workdir, RESULTS_FILE), summary)
     report(f"best at step {summary['best_step']}: " + " ".join(
         f"{k} {v:.2f}" for k, v in best["metrics"].items() if k.startswith("eval_")))
-    return FineTuneResult(best["metrics"], final, best_params, predict_with(best_params))
+    return FineTuneResult(best["metrics"], final, best_params, predict_with(best_params), compiled)
+
+
+def make_predict(params, predict_step, batch_sharding, batch_size: int,
+                 buckets: tuple[int, ...]) -> Callable[[dict], Any]:
+    """predict(features): the model's outputs for every row, in their order (host numpy).
+
+    Rows are sorted by length so batches pad little; each global batch is
+    padded to `batch_size` rows and its length to a bucket.
+    """
+    def predict(features: dict) -> Any:
+        n = len(features["input_ids"])
+        order = np.argsort(features["length"], kind="stable")  # similar lengths together
+        chunks = []
+        for start in range(0, n, batch_size):
+            rows = _padded_rows(order[start:start + batch_size], batch_size)
+            length = length_bucket(int(features["length"][rows].max()), buckets)
+            local = take_rows(features, _local_part(rows), length)
+            out = predict_step(params, mesh.global_batch(local, batch_sharding))
+            real = min(batch_size, n - start)
+            chunks.append(jax.tree.map(lambda x: np.asarray(x)[:real], host_values(out)))
+        outputs = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+        inverse = np.empty(n, np.int64)
+        inverse[order] = np.arange(n)
+        return jax.tree.map(lambda x: x[inverse], outputs)
+
+    return predict
+
+
+def load_predictor(spec: FineTuneSpec, config: ml_collections.ConfigDict, checkpoint_dir: str,
+                   compiled: CompiledSteps | None = None) -> Callable[[dict], Any]:
+    """predict(features) with the parameters of a bert_jax folder (e.g. a run's best/)."""
+    def make_model():
+        return spec.make_model(spec.model_config, nnx.Rngs(0))
+
+    sharded = shard_model(make_model, config.mesh)
+    if compiled is None:
+        optimizer = _optimizer_with_learning_rate_input(config, sharded.abstract_params)
+        shardings = state_shardings(optimizer, sharded.abstract_params, sharded.param_shardings,
+                                    sharded.mesh)
+        _, predict = _jitted_steps(spec, sharded.graphdef, optimizer, shardings, sharded)
+        compiled = CompiledSteps((), None, predict)
+    params = _load_best(checkpoint_dir, make_model, sharded.param_shardings)
+    return make_predict(params, compiled.predict_step, sharded.batch_sharding,
+                        config.eval_batch_size, buckets_for(config.max_seq_length,
+                                                            config.length_buckets))
 
 
 def read_results(workdir: str) -> dict:
     """WORKDIR/eval_results.json, as `run` wrote it."""
     return _read_json(os.path.join(workdir, RESULTS_FILE))
+
+
+def _optimizer_with_learning_rate_input(c, abstract_params: dict):
+    """The config's optimizer with its learning rate held in its state (set every step)."""
+    def make(learning_rate):
+        optimizer = make_optimizer(c.optimizer, learning_rate, weight_decay=c.weight_decay,
+                                   b1=c.adam_b1, b2=c.adam_b2, eps=c.adam_eps,
+                                   clip_norm=c.max_grad_norm if c.max_grad_norm > 0 else None)
+        return _frozen_encoder(optimizer, abstract_params) if c.freeze_encoder else optimizer
+
+    return optax.inject_hyperparams(make)(learning_rate=0.0)
+
+
+def _jitted_steps(spec: FineTuneSpec, graphdef, optimizer, shardings, sharded):
+    def train_step(state, batch, learning_rate):
+        key = dropout_key(state)
+
+        def loss_of(params):
+            model = nnx.merge(graphdef, params)
+            outputs = model(**spec.model_inputs(batch), deterministic=False,
+                            rngs=nnx.Rngs(dropout=key))
+            return spec.loss(outputs, batch)
+
+        (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(state["params"])
+        opt_state = state["opt_state"]
+        hyperparams = dict(opt_state.hyperparams, learning_rate=learning_rate)
+        state = dict(state, opt_state=opt_state._replace(hyperparams=hyperparams))
+        return apply_gradients(state, grads, optimizer, lambda _: learning_rate,
+                               dict(metrics, loss=loss))
+
+    def predict_step(params, batch):
+        model = nnx.merge(graphdef, params)
+        return model(**spec.model_inputs(batch), deterministic=True)
+
+    train = jax.jit(train_step,
+                    in_shardings=(shardings, sharded.batch_sharding, sharded.replicated),
+                    out_shardings=(shardings, sharded.replicated), donate_argnums=0)
+    predict = jax.jit(predict_step, in_shardings=(sharded.param_shardings, sharded.batch_sharding),
+                      out_shardings=sharded.replicated)
+    return train, predict
 
 
 def _frozen_encoder(optimizer: optax.GradientTransformation, abstract_params: dict):
