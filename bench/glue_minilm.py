@@ -131,6 +131,8 @@ def main() -> None:
     parser.add_argument("--tasks", default="mrpc,stsb,cola,sst2")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--mrpc_optimizers", default="bert_adam,adamw")
+    parser.add_argument("--second_optimizer_seeds", default="0",
+                        help="MRPC seeds for the optimizers after the first")
     parser.add_argument("--reference_steps", type=int, default=40)
     parser.add_argument("--reference_full", action="store_true")
     parser.add_argument("--data_dir", default=SHARED_GLUE)
@@ -145,8 +147,13 @@ def main() -> None:
         ref_scores = ([reference["dev"][metric]] if args.reference_full else recorded)
         optimizers = args.mrpc_optimizers.split(",") if task == "mrpc" else ["bert_adam"]
         for optimizer in optimizers:
-            ours = [run_ours(task, seed, optimizer, args.data_dir)
-                    for seed in (seeds if task == "mrpc" else seeds[:1])]
+            if task != "mrpc":
+                run_seeds = seeds[:1]
+            elif optimizer == optimizers[0]:
+                run_seeds = seeds
+            else:
+                run_seeds = [int(s) for s in args.second_optimizer_seeds.split(",")]
+            ours = [run_ours(task, seed, optimizer, args.data_dir) for seed in run_seeds]
             scores = [r[f"eval_{metric}"] for r in ours]
             speed = sum(r["train_examples_per_second"] for r in ours) / len(ours)
             row = {"task": task, "optimizer": optimizer, "metric": metric,
@@ -157,6 +164,7 @@ def main() -> None:
                    "reference_examples_per_second": reference["examples_per_second"],
                    "speedup": speed / reference["examples_per_second"],
                    "ours_wall_seconds": [round(r["wall_seconds"], 1) for r in ours]}
+            row["seeds"] = run_seeds
             rows.append(row)
             print(f"{task:5s} {optimizer:9s} {metric} ours {row['ours_mean']:.2f} "
                   f"{[round(s, 2) for s in scores]} reference {row['reference_mean']:.2f} "

@@ -115,3 +115,39 @@ def write_glue_folder(root, num_train=96, num_dev=40, num_test=24, seed=0) -> st
            "sentence1", "sentence2"],
           [(i, "g", "f", "y", i, "s", "s", a, b) for i, (a, b, _) in enumerate(test)])
     return root
+
+
+def write_mnli_folder(root, num_train=64, num_dev=24, num_test=12, seed=1) -> str:
+    """MNLI (matched and mismatched dev/test) and the diagnostic set in GLUE's layout."""
+    rng = np.random.default_rng(seed)
+    root = str(root)
+    labels = ("entailment", "neutral", "contradiction")
+    header = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+              "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
+              "sentence2"]
+
+    def write(path, rows, with_label):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write("\t".join(header + (["label1", "gold_label"] if with_label else [])) + "\n")
+            for i, (a, b, y) in enumerate(rows):
+                cells = [str(i), "p", "q", "g", "(", "(", "(", "(", a, b]
+                if with_label:
+                    cells += [labels[y], labels[y]]
+                f.write("\t".join(cells) + "\n")
+
+    def rows(n):
+        return [(sentence(rng, y == 0), sentence(rng, y == 0), int(y))
+                for y in rng.integers(0, 3, size=n)]
+
+    write(f"{root}/MNLI/train.tsv", rows(num_train), True)
+    write(f"{root}/MNLI/dev_matched.tsv", rows(num_dev), True)
+    write(f"{root}/MNLI/dev_mismatched.tsv", rows(num_dev), True)
+    write(f"{root}/MNLI/test_matched.tsv", rows(num_test), False)
+    write(f"{root}/MNLI/test_mismatched.tsv", rows(num_test + 1), False)
+    os.makedirs(f"{root}/diagnostic", exist_ok=True)
+    with open(f"{root}/diagnostic/diagnostic.tsv", "w") as f:
+        f.write("index\tsentence1\tsentence2\n")
+        for i, (a, b, _) in enumerate(rows(num_test + 2)):
+            f.write(f"{i}\t{a}\t{b}\n")
+    return root

@@ -10,9 +10,15 @@ import pytest
 import scipy.stats
 import sklearn.metrics
 from flax import nnx
-from glue_runs import tiny_config, write_checkpoints, write_glue_folder, write_vocab
+from glue_runs import (
+    tiny_config,
+    write_checkpoints,
+    write_glue_folder,
+    write_mnli_folder,
+    write_vocab,
+)
 
-from bert_jax.checkpoints import flat_params, load_model, write_checkpoint
+from bert_jax.checkpoints import flat_params, load_model, read_checkpoint, write_checkpoint
 from bert_jax.checkpoints.flat_params import TaskHead
 from bert_jax.model import BertForSequenceClassification
 from bert_jax.tasks import glue, glue_data
@@ -112,11 +118,7 @@ def test_custom_csv_task_with_class_weights(tmp_path, tiny):
 
 def test_killed_run_resumes_and_sigterm_exits_zero(tmp_path, tiny):
     """The CLI: SIGTERM saves and exits 0; the same command finishes the run."""
-    args = [sys.executable, "-m", "bert_jax.finetune_glue", "--config", "configs/glue.py:mrpc",
-            "--workdir", str(tmp_path), f"--config.data_dir={tiny['data']}",
-            f"--config.init_checkpoint={tiny['checkpoints']['bert_jax']}",
-            "--config.train_batch_size=16", "--config.max_seq_length=32",
-            "--config.num_train_epochs=2", "--config.log_every=1", "--config.checkpoint_every=2"]
+    args = cli_args(tmp_path, tiny)
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith("step 3/"):
@@ -275,3 +277,83 @@ def test_sweep_runs_the_grid_once_and_reports_the_best_median(tmp_path, tiny):
     # A restarted sweep runs nothing again.
     again = glue.train_and_evaluate(config, str(tmp_path))
     assert len(open(tmp_path / "sweep.jsonl").readlines()) == 4 and again == summary
+
+
+def test_mnli_matched_and_mismatched_and_the_diagnostic_set(tmp_path, tiny):
+    data = write_mnli_folder(tmp_path / "glue")
+    results = glue.train_and_evaluate(config_for("ax", tiny, data_dir=data,
+                                                 num_train_epochs=1.0), str(tmp_path / "run"))
+    assert results["main_metric"] == "matched_accuracy"
+    assert {"eval_matched_accuracy", "eval_mismatched_accuracy"} <= set(results)
+    predictions = tmp_path / "run" / "predictions"
+    lengths = {name: len(open(predictions / f"{name}.tsv").readlines())
+               for name in ("MNLI-m", "MNLI-mm", "AX")}
+    assert lengths == {"MNLI-m": 13, "MNLI-mm": 14, "AX": 15}
+    labels = {line.split("\t")[1].strip() for line in open(predictions / "AX.tsv").readlines()[1:]}
+    assert labels <= {"entailment", "neutral", "contradiction"}
+
+
+def test_frozen_encoder_trains_the_head_alone(tmp_path, tiny):
+    config = config_for("sst2", tiny, freeze_encoder=True, num_train_epochs=1.0)
+    glue.train_and_evaluate(config, str(tmp_path))
+    before = read_checkpoint(tiny["checkpoints"]["bert_jax"]).params
+    after = read_checkpoint(str(tmp_path / "best")).params
+    for name, value in after.items():
+        if name.startswith("bert/"):
+            np.testing.assert_array_equal(value, before[name], err_msg=name)
+    assert {k for k in after if not k.startswith("bert/")} == {"classifier/kernel",
+                                                                 "classifier/bias"}
+
+
+def cli_args(workdir, tiny, *extra):
+    return [sys.executable, "-m", "bert_jax.finetune_glue", "--config", "configs/glue.py:mrpc",
+            "--workdir", str(workdir), f"--config.data_dir={tiny['data']}",
+            f"--config.init_checkpoint={tiny['checkpoints']['bert_jax']}",
+            "--config.train_batch_size=16", "--config.eval_batch_size=16",
+            "--config.max_seq_length=32", "--config.num_train_epochs=2", "--config.log_every=1",
+            "--config.checkpoint_every=2", "--config.progress_bar=False", *extra]
+
+
+def test_kill_9_and_resume_equals_an_uninterrupted_run(tmp_path, tiny):
+    subprocess.run(cli_args(tmp_path / "whole", tiny), cwd=REPO, check=True,
+                   capture_output=True, timeout=600)
+    proc = subprocess.Popen(cli_args(tmp_path / "killed", tiny), cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("step 5/"):
+            proc.kill()  # SIGKILL: no chance to save
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -9
+    done = subprocess.run(cli_args(tmp_path / "killed", tiny), cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert "resumed from the checkpoint at step 4" in done.stdout, done.stdout[-2000:]
+    whole = json.loads((tmp_path / "whole" / "eval_results.json").read_text())
+    resumed = json.loads((tmp_path / "killed" / "eval_results.json").read_text())
+    keep = ("eval_f1", "eval_accuracy", "best_step", "final")
+    assert {k: resumed[k] for k in keep} == {k: whole[k] for k in keep}
+    a = read_checkpoint(str(tmp_path / "whole" / "best")).params
+    b = read_checkpoint(str(tmp_path / "killed" / "best")).params
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_two_processes_fine_tune_as_one_job(tmp_path, tiny):
+    """Two JAX processes on 127.0.0.1 with two fake devices each: one data-parallel job."""
+    from test_multiprocess import free_port
+
+    port = free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    procs = [subprocess.Popen(
+        cli_args(tmp_path / "job", tiny, "--coordinator_address", f"127.0.0.1:{port}",
+                 "--num_processes", "2", "--process_id", str(i)),
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-3000:]
+    assert "step 12/12" in outputs[0] and "step 12/12" not in outputs[1]
+    results = json.loads((tmp_path / "job" / "eval_results.json").read_text())
+    assert results["num_train_steps"] == 12 and 0 <= results["eval_f1"] <= 100
+    assert len(open(tmp_path / "job" / "predictions" / "MRPC.tsv").readlines()) == 25
