@@ -2,6 +2,7 @@
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -327,7 +328,9 @@ def test_kill_9_and_resume_equals_an_uninterrupted_run(tmp_path, tiny):
     assert proc.returncode == -9
     done = subprocess.run(cli_args(tmp_path / "killed", tiny), cwd=REPO, capture_output=True,
                           text=True, timeout=600)
-    assert "resumed from the checkpoint at step 4" in done.stdout, done.stdout[-2000:]
+    # Checkpoints are every 2 steps and written asynchronously: the kill after step 5
+    # leaves step 4, or step 2 if step 4's files were still being written.
+    assert re.search(r"resumed from the checkpoint at step [24] ", done.stdout), done.stdout
     whole = json.loads((tmp_path / "whole" / "eval_results.json").read_text())
     resumed = json.loads((tmp_path / "killed" / "eval_results.json").read_text())
     keep = ("eval_f1", "eval_accuracy", "best_step", "final")

@@ -22,14 +22,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from absl import logging
 
 from bert_jax.checkpoints import read_checkpoint
 from bert_jax.checkpoints.flat_params import TaskHead
 from bert_jax.fileio.atomic_output import atomic_file
-from bert_jax.model import BertConfig, BertForSequenceClassification
+from bert_jax.model import BertForSequenceClassification
 from bert_jax.tasks import glue_data
-from bert_jax.tokenization import FullTokenizer, load_vocab
+from bert_jax.tokenization import FullTokenizer
 from bert_jax.training import finetuning
 from bert_jax.training.packing import packed_attention_mask
 from bert_jax.training.preemption import Preemption
@@ -61,24 +60,6 @@ def task_of(config: ml_collections.ConfigDict) -> glue_data.GlueTask:
             class_weights=tuple(config.class_weights))
     except ValueError as e:
         fail("class_weights", str(e))
-
-
-def _tokenizer(config, checkpoint_vocab: str | None, checkpoint_do_lower_case: bool | None,
-               model_config: BertConfig) -> FullTokenizer:
-    vocab_file = config.vocab_file or checkpoint_vocab
-    if not vocab_file:
-        fail("vocab_file", f"{config.init_checkpoint} has no vocab.txt; set config.vocab_file")
-    size = len(load_vocab(vocab_file))
-    if size != model_config.vocab_size:
-        fail("vocab_file", f"{vocab_file} has {size} tokens but the checkpoint's model has "
-             f"vocab_size {model_config.vocab_size}")
-    do_lower_case = config.do_lower_case
-    if do_lower_case is None:  # not set: the checkpoint's own, else uncased as BERT's default
-        do_lower_case = True if checkpoint_do_lower_case is None else checkpoint_do_lower_case
-    elif checkpoint_do_lower_case not in (None, do_lower_case):
-        logging.warning("config.do_lower_case=%s but %s was trained with do_lower_case=%s",
-                        do_lower_case, config.init_checkpoint, checkpoint_do_lower_case)
-    return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -153,7 +134,7 @@ def prepare(config: ml_collections.ConfigDict) -> GlueRun:
     task = task_of(config)
     checkpoint = read_checkpoint(config.init_checkpoint)
     model_config = checkpoint.config.replace(dtype=config.dtype)
-    tokenizer = _tokenizer(config, checkpoint.vocab_file, checkpoint.do_lower_case, model_config)
+    tokenizer = finetuning.checkpoint_tokenizer(config, checkpoint)
     if config.data_source == "tfds":
         sources = glue_data.tfds_splits(task)
 

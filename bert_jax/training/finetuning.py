@@ -32,10 +32,11 @@ import optax
 from absl import logging
 from flax import nnx
 
-from bert_jax.checkpoints import Checkpointer, bert_jax_folder, load_flat_params, read_checkpoint
-from bert_jax.checkpoints.flat_params import TaskHead
+from bert_jax.checkpoints import Checkpointer, load_flat_params, read_checkpoint
+from bert_jax.checkpoints.flat_params import CheckpointData, TaskHead
 from bert_jax.fileio.atomic_output import atomic_file
 from bert_jax.model.config import BertConfig
+from bert_jax.tokenization import FullTokenizer, load_vocab
 from bert_jax.training import loop, mesh
 from bert_jax.training.export import export_params
 from bert_jax.training.flops import encoder_train_flops_per_sequence, peak_flops_for_mfu
@@ -44,7 +45,7 @@ from bert_jax.training.optimizers import make_optimizer
 from bert_jax.training.packing import pack_batch
 from bert_jax.training.preemption import Preemption
 from bert_jax.training.reporting import host_values, report
-from bert_jax.training.run_config import save_config
+from bert_jax.training.run_config import fail, save_config
 from bert_jax.training.schedules import make_learning_rate_schedule
 from bert_jax.training.state import (
     abstract_train_state,
@@ -131,6 +132,31 @@ class AheadOfTime:
         return self._executables[self._key(batch)](state, batch, learning_rate)
 
 
+def checkpoint_tokenizer(config: ml_collections.ConfigDict,
+                         checkpoint: CheckpointData) -> FullTokenizer:
+    """The tokenizer a checkpoint was trained with; config.vocab_file/do_lower_case override.
+
+    The vocabulary must have the model's vocab_size (both numbers in the error).
+    do_lower_case: the config's if set, else the checkpoint's tokenizer_config.json,
+    else True (uncased, BERT's default); a config that contradicts the checkpoint
+    is warned about.
+    """
+    vocab_file = config.vocab_file or checkpoint.vocab_file
+    if not vocab_file:
+        fail("vocab_file", f"{config.init_checkpoint} has no vocab.txt; set config.vocab_file")
+    size = len(load_vocab(vocab_file))
+    if size != checkpoint.config.vocab_size:
+        fail("vocab_file", f"{vocab_file} has {size} tokens but the checkpoint's model has "
+             f"vocab_size {checkpoint.config.vocab_size}")
+    do_lower_case = config.do_lower_case
+    if do_lower_case is None:
+        do_lower_case = True if checkpoint.do_lower_case is None else checkpoint.do_lower_case
+    elif checkpoint.do_lower_case not in (None, do_lower_case):
+        logging.warning("config.do_lower_case=%s but %s was trained with do_lower_case=%s",
+                        do_lower_case, config.init_checkpoint, checkpoint.do_lower_case)
+    return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+
 def num_train_steps(num_examples: int, batch_size: int, num_epochs: float) -> int:
     """run_classifier's int(num_examples / batch * epochs), at least one."""
     return max(1, int(num_examples / batch_size * num_epochs))
@@ -197,7 +223,7 @@ def _padded_rows(rows: np.ndarray, size: int) -> np.ndarray:
     return np.concatenate([rows, np.repeat(rows[:1], size - len(rows))])
 
 
-def load_pretrained(spec: FineTuneSpec, init_checkpoint: str, seed: int):
+def load_pretrained(spec: FineTuneSpec, init_checkpoint: str):
     """`make_model` with the checkpoint's weights: everything but the head must be there."""
     def load(model):
         if not init_checkpoint:
@@ -255,6 +281,7 @@ def run(spec: FineTuneSpec, config: ml_collections.ConfigDict, workdir: str,
         compiled = CompiledSteps(steps_key, AheadOfTime(train, abstract_state), predict)
     train_step, predict_step = compiled.train_step, compiled.predict_step
     learning_rate_spec = jax.ShapeDtypeStruct((), np.float32, sharding=sharded.replicated)
+
     def predict_with(params) -> Callable[[dict], Any]:
         return make_predict(params, predict_step, batch_sharding, c.eval_batch_size, buckets)
 
@@ -300,7 +327,7 @@ def run(spec: FineTuneSpec, config: ml_collections.ConfigDict, workdir: str,
         report(f"resumed from the checkpoint at step {restored.step} in {workdir}")
     else:
         state = new_train_state(make_model, optimizer, c.seed, shardings,
-                                load_params=load_pretrained(spec, c.init_checkpoint, c.seed))
+                                load_params=load_pretrained(spec, c.init_checkpoint))
     step = int(host_values(state["step"]))
 
     best_dir = os.path.join(workdir, BEST_DIR)
@@ -451,15 +478,18 @@ def _jitted_steps(spec: FineTuneSpec, graphdef, optimizer, shardings, sharded):
 
 def _frozen_encoder(optimizer: optax.GradientTransformation, abstract_params: dict):
     """Updates only the task head; the encoder (`bert/`) stays as loaded."""
-    labels = {name: ("frozen" if name == "bert" else "trained") for name in abstract_params}
-    return optax.multi_transform({"trained": optimizer, "frozen": optax.set_to_zero()},
-                                 lambda params: {k: jax.tree.map(lambda _: labels[k], v)
-                                                 for k, v in params.items()})
+    # Encoder gradients are zeroed before the optimizer (clipping sees the head's
+    # alone) and its updates after it (weight decay would move the weights).
+    frozen = {name: jax.tree.map(lambda _, n=name: n == "bert", tree)
+              for name, tree in abstract_params.items()}
+    freeze = optax.masked(optax.set_to_zero(), frozen)
+    return optax.chain(freeze, optimizer, freeze)
 
 
-def _load_best(best_dir: str, make_model, param_shardings):
+def _load_best(checkpoint_dir: str, make_model, param_shardings):
+    """A whole model (head included) from a checkpoint of any format, in its shardings."""
     model = nnx.eval_shape(make_model)
-    load_flat_params(model, bert_jax_folder.load(best_dir).params, source=best_dir)
+    load_flat_params(model, read_checkpoint(checkpoint_dir).params, source=checkpoint_dir)
     return jax.device_put(pure_params(model), param_shardings)
 
 
