@@ -10,7 +10,7 @@ from bert_jax.tokenization import FullTokenizer
 # Answerable dev-v1.1 questions whose labelled window does not map back to the
 # answer, from tokenisation alone (google-research/bert's conversion has the same
 # ones); an upper bound, so a regression shows.
-MAX_ROUND_TRIP_FAILURES = 60
+MAX_ROUND_TRIP_FAILURES = 37  # measured: 37 of 10,570
 
 
 def test_windows_advance_by_the_stride_and_cover_everything():
