@@ -178,7 +178,7 @@ def prepare(config: ml_collections.ConfigDict) -> GlueRun:
         train_features=_features(train, tokenizer, config.max_seq_length),
         evaluate=evaluate,
         main_metric=main,
-        vocab_file=config.vocab_file or checkpoint.vocab_file,
+        init_params=checkpoint.params, vocab_file=config.vocab_file or checkpoint.vocab_file,
         do_lower_case=tokenizer.do_lower_case,
         head=TaskHead("BertForSequenceClassification", task.labels,
                       "regression" if task.is_regression else "single_label_classification"),

@@ -148,7 +148,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         make_model=lambda cfg, rngs: BertForQuestionAnswering(cfg, rngs=rngs),
         head_prefixes=("qa_outputs/",), model_inputs=model_inputs, loss=span_loss,
         train_features={}, evaluate=evaluate, main_metric="f1",
-        vocab_file=config.vocab_file or checkpoint.vocab_file,
+        init_params=checkpoint.params, vocab_file=config.vocab_file or checkpoint.vocab_file,
         do_lower_case=tokenizer.do_lower_case, head=TaskHead("BertForQuestionAnswering"),
         task_name="squad_v2" if v2 else "squad_v1.1")
     if config.do_train:

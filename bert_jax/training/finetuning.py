@@ -75,6 +75,8 @@ class FineTuneSpec:
     # {metric: value in percent} for every evaluation split.
     evaluate: Callable[[Callable[[dict], Any]], dict]
     main_metric: str  # a key of evaluate's result; higher is better
+    # The init checkpoint's flat weights, as the task already read them (read once).
+    init_params: dict[str, np.ndarray] | None = None
     vocab_file: str | None = None  # stored with exported checkpoints
     do_lower_case: bool | None = None  # likewise (tokenizer_config.json)
     head: TaskHead | None = None  # the exported head's architecture and labels (task.json)
@@ -226,10 +228,9 @@ def _padded_rows(rows: np.ndarray, size: int) -> np.ndarray:
 def load_pretrained(spec: FineTuneSpec, init_checkpoint: str):
     """`make_model` with the checkpoint's weights: everything but the head must be there."""
     def load(model):
-        if not init_checkpoint:
+        if spec.init_params is None:
             return
-        read = read_checkpoint(init_checkpoint)
-        unused = load_flat_params(model, read.params, source=init_checkpoint,
+        unused = load_flat_params(model, spec.init_params, source=init_checkpoint,
                                   allow_missing=spec.head_prefixes)
         heads = sorted({name.split("/")[0] for name in unused})
         if heads:
